@@ -1,0 +1,58 @@
+# One entry point for developers and CI. `make test` is what the README and .ci/run call.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+PY := $(BIN)/python
+EXTRAS ?= test,dev
+STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
+comma := ,
+
+.PHONY: help venv kafka-jars lint typecheck unit integration test bench demo clean
+
+help:
+	@echo "make test        lint, typecheck, unit and integration tests (starts its own Kafka broker)"
+	@echo "make lint        ruff check + ruff format --check"
+	@echo "make typecheck   mypy (strict on assignor/)"
+	@echo "make unit        unit tests only (no broker)"
+	@echo "make integration integration tests only (real Kafka broker)"
+	@echo "make bench       benchmarks against the peers, printed as tables with ratios"
+	@echo "make demo        the ad-click demo (same as 'streamapp demo')"
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+
+$(STAMP): pyproject.toml | $(PY)
+	$(PY) -m pip install -q -e ".[$(EXTRAS)]"
+	@rm -f $(VENV)/.installed-*
+	@touch $@
+
+venv: $(STAMP)
+
+# Resolves the pinned Kafka release through Maven Central into ~/.cache/streamapp (first run only).
+kafka-jars: venv
+	$(BIN)/streamapp kafka fetch
+
+lint: venv
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: venv
+	$(BIN)/mypy streamapp assignor tables standby
+
+unit: venv
+	$(BIN)/pytest -q tests/unit
+
+integration: venv kafka-jars
+	$(BIN)/pytest -q tests/integration
+
+test: lint typecheck unit integration
+
+bench: venv kafka-jars
+	@for b in bench/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+
+demo: venv kafka-jars
+	$(BIN)/streamapp demo
+
+clean:
+	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache .pytest_cache .hypothesis
