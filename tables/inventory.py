@@ -1,0 +1,88 @@
+"""Which changelog partitions this process has on disk, and up to which offset.
+
+Faust's rocksdb store (rocksdict driver) keeps one RocksDB per table partition at
+``<tabledir>/<table name>-<partition>.db``, with the offset of the last changelog record it applied
+under the key ``__faust\\0offset__`` as ASCII digits. Stores outlive ownership (revocation closes
+handles, keeps files), so the inventory covers partitions this worker does not own now, too.
+
+Each store is opened read-only: that takes no lock, so it works beside the worker's own open
+handle, and it never creates or alters anything on disk.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Mapping
+from pathlib import Path
+
+import rocksdict
+
+logger = logging.getLogger(__name__)
+
+OFFSET_KEY = b"__faust\x00offset__"
+_STORE_NAME = re.compile(r"^(?P<table>.+)-(?P<partition>\d+)\.db$")
+
+
+def read_persisted_offset(path: Path) -> int | None:
+    """The last applied changelog offset kept in the store at ``path``, or None if it has none."""
+    db = rocksdict.Rdict(
+        str(path),
+        options=rocksdict.Options(raw_mode=True),
+        access_type=rocksdict.AccessType.read_only(),
+    )
+    try:
+        raw = db.get(OFFSET_KEY)
+    finally:
+        db.close()
+    if raw is None:
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        raise ValueError(f"{path}: offset key holds {raw!r}, not an integer") from None
+
+
+class LocalStateInventory:
+    """Scans a table directory for the stores of known tables and reads their offsets."""
+
+    def __init__(self, tabledir: Path, changelog_topics: Mapping[str, str]) -> None:
+        """``changelog_topics``: table name -> its changelog topic."""
+        self.tabledir = Path(tabledir)
+        self.changelog_topics = dict(changelog_topics)
+        self._warned: set[Path] = set()
+
+    def stores(self) -> dict[str, dict[int, Path]]:
+        """Changelog topic -> partition -> store path, for every store of a known table."""
+        found: dict[str, dict[int, Path]] = {}
+        if not self.tabledir.is_dir():
+            return found
+        for path in sorted(self.tabledir.iterdir()):
+            match = _STORE_NAME.match(path.name)
+            if match is None or not path.is_dir():
+                continue
+            topic = self.changelog_topics.get(match["table"])
+            if topic is not None:
+                found.setdefault(topic, {})[int(match["partition"])] = path
+        return found
+
+    def offsets(self) -> dict[str, dict[int, int]]:
+        """Changelog topic -> partition -> next offset to apply (last applied + 1).
+
+        Stores that have applied nothing are left out: they hold no state worth keeping. A store
+        that cannot be read is left out with one warning naming it; the worker carries on as if
+        it had no state there, which only costs a replay.
+        """
+        result: dict[str, dict[int, int]] = {}
+        for topic, partitions in self.stores().items():
+            for partition, path in partitions.items():
+                try:
+                    offset = read_persisted_offset(path)
+                except Exception as exc:  # rocksdict raises plain Exception on open errors
+                    if path not in self._warned:
+                        self._warned.add(path)
+                        logger.warning("local store %s is unreadable, ignored: %s", path, exc)
+                    continue
+                if offset is not None and offset >= 0:
+                    result.setdefault(topic, {})[partition] = offset + 1
+        return result

@@ -1,0 +1,60 @@
+"""LocalStateInventory on real rocksdict stores laid out the way faust 0.15.3 lays them out."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import rocksdict
+
+from tables.inventory import OFFSET_KEY, LocalStateInventory, read_persisted_offset
+
+CHANGELOGS = {"counts": "app-counts-changelog", "my-table": "app-my-table-changelog"}
+
+
+def _store(tabledir: Path, name: str, offset: int | None, rows: int = 3) -> Path:
+    path = tabledir / name
+    db = rocksdict.Rdict(str(path), options=rocksdict.Options(raw_mode=True))
+    for i in range(rows):
+        db.put(f"k{i}".encode(), b"v")
+    if offset is not None:
+        db.put(OFFSET_KEY, str(offset).encode())  # as faust's Store.set_persisted_offset does
+    db.close()
+    return path
+
+
+def test_offsets_of_every_store_on_disk(tmp_path: Path) -> None:
+    _store(tmp_path, "counts-0.db", 41)
+    _store(tmp_path, "counts-7.db", 0)
+    _store(tmp_path, "my-table-12.db", 999)
+    _store(tmp_path, "counts-3.db", None)  # opened but never applied a record
+    _store(tmp_path, "removed-table-0.db", 5)  # a table the app no longer has
+    (tmp_path / "counts-backups").mkdir()
+    (tmp_path / "counts-9.db.tmp").write_text("x")
+    inventory = LocalStateInventory(tmp_path, CHANGELOGS)
+    assert inventory.offsets() == {
+        "app-counts-changelog": {0: 42, 7: 1},
+        "app-my-table-changelog": {12: 1000},
+    }
+
+
+def test_reads_beside_an_open_writer_without_touching_it(tmp_path: Path) -> None:
+    path = tmp_path / "counts-1.db"
+    writer = rocksdict.Rdict(str(path), options=rocksdict.Options(raw_mode=True))
+    writer.put(OFFSET_KEY, b"10")
+    assert read_persisted_offset(path) == 10
+    writer.put(OFFSET_KEY, b"11")
+    writer.put(b"k", b"v")
+    assert LocalStateInventory(tmp_path, CHANGELOGS).offsets() == {"app-counts-changelog": {1: 12}}
+    assert writer.get(b"k") == b"v"
+    writer.close()
+
+
+def test_missing_dir_and_unreadable_store(tmp_path: Path, caplog) -> None:  # type: ignore[no-untyped-def]
+    assert LocalStateInventory(tmp_path / "nope", CHANGELOGS).offsets() == {}
+    (tmp_path / "counts-2.db").mkdir()  # a directory that is no RocksDB
+    _store(tmp_path, "counts-4.db", 7)
+    inventory = LocalStateInventory(tmp_path, CHANGELOGS)
+    assert inventory.offsets() == {"app-counts-changelog": {4: 8}}
+    assert inventory.offsets() == {"app-counts-changelog": {4: 8}}
+    warnings = [r for r in caplog.records if "counts-2.db" in r.getMessage()]
+    assert len(warnings) == 1
