@@ -1,0 +1,457 @@
+"""The scenario model: typed, validated facts that every strategy decides on.
+
+`parse_scenario(mapping) -> Scenario` turns the JSON object of
+contracts/plan.md into frozen dataclasses:
+
+- `Scenario`: ``topics`` (name -> partition count), ``changelog_topics``,
+  ``copartitioned`` (declared groups, as given), ``num_standbys``,
+  ``acceptable_recovery_lag``, ``max_warmup_replicas``, ``protocol``
+  (``"eager"`` | ``"cooperative"``), ``members`` (member id -> `Member`, in
+  member-id order), ``end_offsets`` (changelog topic -> partition -> offset,
+  already completed with the highest offset any member reports where the
+  scenario gave none), ``stale_claims`` and ``conflicting_claims`` (counts of
+  facts that were dropped, see below).
+- `Member`: ``member_id``, ``client_id``, ``host``, ``rack``, ``capacity``,
+  ``subscription`` (sorted tuple), ``generation``, ``owned_active`` and
+  ``owned_standby`` (topic -> sorted tuple of partitions), ``offsets``
+  (topic -> partition -> offset).
+
+Everything the contract calls bad input raises `ScenarioError` naming the field
+path. Stale facts are dropped and counted in ``stale_claims``: a subscription
+topic, owned partition, offset or end offset naming a topic that does not exist
+or a partition beyond its count. Conflicting active claims are resolved here,
+once, for every strategy: the claim with the highest ``generation`` wins; when
+several members claim a partition in the same (highest) generation, nobody
+wins (Kafka's sticky assignor does the same: the claim cannot be trusted), and
+each dropped claim is counted in ``conflicting_claims``. A member claiming a
+partition both active and standby keeps only the active claim.
+
+Mappings in these dataclasses are plain dicts for speed; treat them as
+read-only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from assignor.errors import ScenarioError
+
+__all__ = [
+    "PROTOCOLS",
+    "Member",
+    "Offsets",
+    "Ownership",
+    "Scenario",
+    "parse_scenario",
+]
+
+PROTOCOLS = ("eager", "cooperative")
+
+#: topic -> sorted partitions
+Ownership = dict[str, tuple[int, ...]]
+#: topic -> partition -> changelog offset
+Offsets = dict[str, dict[int, int]]
+
+_SCENARIO_KEYS = frozenset(
+    {
+        "topics",
+        "changelog_topics",
+        "copartitioned",
+        "num_standbys",
+        "acceptable_recovery_lag",
+        "max_warmup_replicas",
+        "protocol",
+        "members",
+        "end_offsets",
+    }
+)
+_MEMBER_KEYS = frozenset(
+    {
+        "client_id",
+        "host",
+        "rack",
+        "capacity",
+        "subscription",
+        "generation",
+        "owned_active",
+        "owned_standby",
+        "offsets",
+    }
+)
+
+
+@dataclass(frozen=True, eq=True)
+class Member:
+    """One group member as its metadata describes it (stale facts removed)."""
+
+    member_id: str
+    client_id: str
+    host: str | None
+    rack: str | None
+    capacity: int
+    subscription: tuple[str, ...]
+    generation: int
+    owned_active: Ownership = field(hash=False)
+    owned_standby: Ownership = field(hash=False)
+    offsets: Offsets = field(hash=False)
+
+
+@dataclass(frozen=True, eq=True)
+class Scenario:
+    """A validated scenario; see the module docstring for the fields."""
+
+    topics: dict[str, int] = field(hash=False)
+    changelog_topics: frozenset[str]
+    copartitioned: tuple[tuple[str, ...], ...]
+    num_standbys: int
+    acceptable_recovery_lag: int
+    max_warmup_replicas: int
+    protocol: str
+    members: dict[str, Member] = field(hash=False)
+    end_offsets: Offsets = field(hash=False)
+    stale_claims: int = 0
+    conflicting_claims: int = 0
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _type_name(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int):
+        return "an integer"
+    if isinstance(value, float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list | tuple):
+        return "a list"
+    if isinstance(value, Mapping):
+        return "an object"
+    return type(value).__name__
+
+
+def _fail(path: str, message: str) -> ScenarioError:
+    return ScenarioError(f"{path}: {message}")
+
+
+def _mapping(value: object, path: str) -> Mapping[Any, Any]:
+    if not isinstance(value, Mapping):
+        raise _fail(path, f"must be an object, got {_type_name(value)}")
+    return value
+
+
+def _list(value: object, path: str) -> list[Any] | tuple[Any, ...]:
+    if not isinstance(value, list | tuple):
+        raise _fail(path, f"must be a list, got {_type_name(value)}")
+    return value
+
+
+def _string(value: object, path: str) -> str:
+    if not isinstance(value, str):
+        raise _fail(path, f"must be a string, got {_type_name(value)}")
+    return value
+
+
+def _optional_string(value: object, path: str) -> str | None:
+    return None if value is None else _string(value, path)
+
+
+def _integer(value: object, path: str, *, minimum: int, what: str = "value") -> int:
+    # bool is an int subclass in Python; JSON true is never a count.
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _fail(path, f"must be an integer, got {_type_name(value)}")
+    if value < minimum:
+        raise _fail(path, f"{what} must be at least {minimum}, got {value}")
+    return value
+
+
+def _partition_key(key: object, path: str) -> int:
+    """Offsets are keyed by partition number; JSON makes that a string."""
+    if isinstance(key, bool):
+        raise _fail(path, f"partition must be an integer, got {key!r}")
+    if isinstance(key, int):
+        number = key
+    elif isinstance(key, str):
+        try:
+            number = int(key, 10)
+        except ValueError:
+            raise _fail(path, f"partition must be an integer, got {key!r}") from None
+    else:
+        raise _fail(path, f"partition must be an integer, got {_type_name(key)}")
+    if number < 0:
+        raise _fail(path, f"partition must be at least 0, got {number}")
+    return number
+
+
+def _reject_unknown_keys(mapping: Mapping[Any, Any], allowed: frozenset[str], path: str) -> None:
+    for key in mapping:
+        if key not in allowed:
+            where = f"{path}.{key}" if path else str(key)
+            raise _fail(where, "unknown key")
+
+
+def _join(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
+# --------------------------------------------------------------------------- parsing
+
+
+class _StaleCounter:
+    """Counts facts dropped because they name what no longer exists."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+
+def _parse_topics(raw: object) -> dict[str, int]:
+    topics: dict[str, int] = {}
+    for name, count in _mapping(raw, "topics").items():
+        name = _string(name, "topics")
+        topics[name] = _integer(count, f"topics.{name}", minimum=1, what="partition count")
+    return topics
+
+
+def _known_topic_list(raw: object, path: str, topics: Mapping[str, int]) -> list[str]:
+    names: list[str] = []
+    for index, item in enumerate(_list(raw, path)):
+        name = _string(item, f"{path}[{index}]")
+        if name not in topics:
+            raise _fail(f"{path}[{index}]", f"topic {name!r} is not in topics")
+        names.append(name)
+    return names
+
+
+def _check_declared_groups(groups: list[list[str]], topics: Mapping[str, int]) -> None:
+    """Declared groups merge transitively; every merged group needs one count."""
+    parent: dict[str, str] = {}
+
+    def find(topic: str) -> str:
+        while parent.setdefault(topic, topic) != topic:
+            parent[topic] = parent[parent[topic]]
+            topic = parent[topic]
+        return topic
+
+    for group in groups:
+        for other in group[1:]:
+            parent[find(other)] = find(group[0])
+    merged: dict[str, set[str]] = {}
+    for topic in parent:
+        merged.setdefault(find(topic), set()).add(topic)
+    for index, group in enumerate(groups):
+        if not group:
+            continue
+        members = sorted(merged[find(group[0])])
+        if len({topics[t] for t in members}) > 1:
+            counts = ", ".join(f"{t} has {topics[t]}" for t in members)
+            raise _fail(
+                f"copartitioned[{index}]",
+                f"co-partitioned topics must have the same partition count: {counts}",
+            )
+
+
+def _parse_ownership(
+    raw: object, path: str, topics: Mapping[str, int], stale: _StaleCounter
+) -> Ownership:
+    owned: dict[str, set[int]] = {}
+    for topic, partitions in _mapping(raw, path).items():
+        topic = _string(topic, path)
+        topic_path = _join(path, topic)
+        numbers = [
+            _integer(p, f"{topic_path}[{i}]", minimum=0, what="partition")
+            for i, p in enumerate(_list(partitions, topic_path))
+        ]
+        count = topics.get(topic)
+        for number in numbers:
+            if count is None or number >= count:
+                stale.count += 1
+            else:
+                owned.setdefault(topic, set()).add(number)
+    return {topic: tuple(sorted(ps)) for topic, ps in sorted(owned.items())}
+
+
+def _parse_offsets(
+    raw: object, path: str, topics: Mapping[str, int], stale: _StaleCounter
+) -> Offsets:
+    offsets: Offsets = {}
+    for topic, by_partition in _mapping(raw, path).items():
+        topic = _string(topic, path)
+        topic_path = _join(path, topic)
+        count = topics.get(topic)
+        for key, offset in _mapping(by_partition, topic_path).items():
+            entry_path = f"{topic_path}.{key}"
+            number = _partition_key(key, entry_path)
+            value = _integer(offset, entry_path, minimum=0, what="offset")
+            if count is None or number >= count:
+                stale.count += 1
+            else:
+                offsets.setdefault(topic, {})[number] = value
+    return offsets
+
+
+def _parse_member(
+    member_id: str, raw: object, topics: Mapping[str, int], stale: _StaleCounter
+) -> Member:
+    path = f"members.{member_id}"
+    fields = _mapping(raw, path)
+    _reject_unknown_keys(fields, _MEMBER_KEYS, path)
+    if "subscription" not in fields:
+        raise _fail(f"{path}.subscription", "required field is missing")
+    subscription: set[str] = set()
+    for index, item in enumerate(_list(fields["subscription"], f"{path}.subscription")):
+        name = _string(item, f"{path}.subscription[{index}]")
+        if name in topics:
+            subscription.add(name)
+        else:
+            stale.count += 1
+    return Member(
+        member_id=member_id,
+        client_id=_string(fields.get("client_id", member_id), f"{path}.client_id"),
+        host=_optional_string(fields.get("host"), f"{path}.host"),
+        rack=_optional_string(fields.get("rack"), f"{path}.rack"),
+        capacity=_integer(fields.get("capacity", 1), f"{path}.capacity", minimum=1),
+        subscription=tuple(sorted(subscription)),
+        generation=_integer(fields.get("generation", -1), f"{path}.generation", minimum=-1),
+        owned_active=_parse_ownership(
+            fields.get("owned_active", {}), f"{path}.owned_active", topics, stale
+        ),
+        owned_standby=_parse_ownership(
+            fields.get("owned_standby", {}), f"{path}.owned_standby", topics, stale
+        ),
+        offsets=_parse_offsets(fields.get("offsets", {}), f"{path}.offsets", topics, stale),
+    )
+
+
+def _resolve_conflicts(members: dict[str, Member]) -> tuple[dict[str, Member], int]:
+    """Keep each active claim only where it is the single highest-generation one."""
+    claimants: dict[tuple[str, int], list[Member]] = {}
+    for member in members.values():
+        for topic, partitions in member.owned_active.items():
+            for partition in partitions:
+                claimants.setdefault((topic, partition), []).append(member)
+    rejected: dict[str, set[tuple[str, int]]] = {}
+    dropped = 0
+    for tp, claim in claimants.items():
+        if len(claim) == 1:
+            continue
+        best = max(m.generation for m in claim)
+        winners = [m for m in claim if m.generation == best]
+        for member in claim:
+            if len(winners) > 1 or member.generation != best:
+                rejected.setdefault(member.member_id, set()).add(tp)
+                dropped += 1
+
+    resolved: dict[str, Member] = {}
+    for member_id, member in members.items():
+        lost = rejected.get(member_id, set())
+        active: Ownership = {}
+        for topic, partitions in member.owned_active.items():
+            kept = tuple(p for p in partitions if (topic, p) not in lost)
+            if kept:
+                active[topic] = kept
+        standby: Ownership = {}
+        for topic, partitions in member.owned_standby.items():
+            # The member's own active claim (even a rejected one) says the
+            # standby claim is not a separate copy.
+            mine = set(member.owned_active.get(topic, ()))
+            kept = tuple(p for p in partitions if p not in mine)
+            if kept:
+                standby[topic] = kept
+        if active != member.owned_active or standby != member.owned_standby:
+            member = Member(
+                member_id=member.member_id,
+                client_id=member.client_id,
+                host=member.host,
+                rack=member.rack,
+                capacity=member.capacity,
+                subscription=member.subscription,
+                generation=member.generation,
+                owned_active=active,
+                owned_standby=standby,
+                offsets=member.offsets,
+            )
+        resolved[member_id] = member
+    return resolved, dropped
+
+
+def _complete_end_offsets(
+    given: Offsets, members: Mapping[str, Member], changelogs: frozenset[str]
+) -> Offsets:
+    """Where the scenario gives no end offset, the highest reported offset stands in."""
+    end: Offsets = {topic: dict(by_partition) for topic, by_partition in given.items()}
+    for member in members.values():
+        for topic, by_partition in member.offsets.items():
+            if topic not in changelogs:
+                continue
+            known = given.get(topic, {})
+            target = end.setdefault(topic, {})
+            for partition, offset in by_partition.items():
+                if partition not in known and offset > target.get(partition, -1):
+                    target[partition] = offset
+    return end
+
+
+def parse_scenario(raw: Mapping[str, Any] | object) -> Scenario:
+    """Validate a scenario mapping (parsed JSON) and return the typed `Scenario`.
+
+    Raises `ScenarioError` for bad input (see contracts/plan.md); drops and
+    counts stale facts; resolves conflicting active claims by generation.
+    Passing an already parsed `Scenario` returns it unchanged.
+    """
+    if isinstance(raw, Scenario):
+        return raw
+    if not isinstance(raw, Mapping):
+        raise ScenarioError(f"scenario: must be a JSON object, got {_type_name(raw)}")
+    _reject_unknown_keys(raw, _SCENARIO_KEYS, "")
+    for required in ("topics", "members"):
+        if required not in raw:
+            raise _fail(required, "required field is missing")
+
+    topics = _parse_topics(raw["topics"])
+    changelogs = frozenset(
+        _known_topic_list(raw.get("changelog_topics", []), "changelog_topics", topics)
+    )
+    declared: list[list[str]] = []
+    for index, group in enumerate(_list(raw.get("copartitioned", []), "copartitioned")):
+        declared.append(_known_topic_list(group, f"copartitioned[{index}]", topics))
+    _check_declared_groups(declared, topics)
+
+    num_standbys = _integer(raw.get("num_standbys", 0), "num_standbys", minimum=0)
+    lag = _integer(raw.get("acceptable_recovery_lag", 10000), "acceptable_recovery_lag", minimum=0)
+    # Like Kafka Streams' max.warmup.replicas: at least one, or a task held
+    # back for a member that is not caught up could never move.
+    warmups = _integer(raw.get("max_warmup_replicas", 2), "max_warmup_replicas", minimum=1)
+    protocol = _string(raw.get("protocol", "eager"), "protocol")
+    if protocol not in PROTOCOLS:
+        raise _fail("protocol", f"must be one of {', '.join(PROTOCOLS)}, got {protocol!r}")
+
+    stale = _StaleCounter()
+    parsed: dict[str, Member] = {}
+    raw_members = _mapping(raw["members"], "members")
+    for member_id in sorted(raw_members, key=str):
+        member_id = _string(member_id, "members")
+        parsed[member_id] = _parse_member(member_id, raw_members[member_id], topics, stale)
+    members, conflicts = _resolve_conflicts(parsed)
+
+    given_end = _parse_offsets(raw.get("end_offsets", {}), "end_offsets", topics, stale)
+    end_offsets = _complete_end_offsets(given_end, members, changelogs)
+
+    return Scenario(
+        topics=dict(sorted(topics.items())),
+        changelog_topics=changelogs,
+        copartitioned=tuple(tuple(group) for group in declared),
+        num_standbys=num_standbys,
+        acceptable_recovery_lag=lag,
+        max_warmup_replicas=warmups,
+        protocol=protocol,
+        members=members,
+        end_offsets=end_offsets,
+        stale_claims=stale.count,
+        conflicting_claims=conflicts,
+    )
