@@ -68,6 +68,9 @@ class MemberAssignment:
     standby: TopicPartitions = field(default_factory=dict)
     warmup: TopicPartitions = field(default_factory=dict)
     followup_rebalance: bool = False
+    #: warmup replicas in the whole plan: members without warmups of their own wait for the
+    #: ones that have them instead of asking for the follow-up rebalance straight away.
+    warmups_in_group: int = 0
     #: member url -> topic -> active partitions, the whole group's (Faust's router needs it).
     actives_by_url: Mapping[str, TopicPartitions] = field(default_factory=dict)
     #: topic -> co-partition group number, as Faust's assignor reports it.
@@ -120,6 +123,7 @@ def encode_assignment(assignment: MemberAssignment) -> bytes:
         "s": _sorted_partitions(assignment.standby),
         "w": _sorted_partitions(assignment.warmup),
         "f": assignment.followup_rebalance,
+        "W": assignment.warmups_in_group,
         "d": {url: _sorted_partitions(tps) for url, tps in assignment.actives_by_url.items()},
         "t": dict(assignment.topic_groups),
     }
@@ -144,6 +148,7 @@ def decode_assignment(data: bytes) -> MemberAssignment:
             standby=_partitions(payload.get("s", {}), "s"),
             warmup=_partitions(payload.get("w", {}), "w"),
             followup_rebalance=followup,
+            warmups_in_group=_int(payload, "W", minimum=0) if "W" in payload else 0,
             actives_by_url={str(url): _partitions(tps, "d") for url, tps in by_url.items()},
             topic_groups={str(k): v for k, v in groups.items()},
         )

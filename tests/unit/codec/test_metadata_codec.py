@@ -59,6 +59,7 @@ def test_metadata_round_trips(m: MemberMetadata) -> None:
         standby=claims,
         warmup=claims,
         followup_rebalance=st.booleans(),
+        warmups_in_group=st.integers(0, 10),
         actives_by_url=st.dictionaries(st.text(min_size=1, max_size=10), claims, max_size=4),
         topic_groups=st.dictionaries(topics, st.integers(0, 9), max_size=4),
     )
