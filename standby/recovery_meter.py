@@ -30,7 +30,7 @@ class RecoveryMeter:
         if self._revoked_at is None:
             self._revoked_at = now
 
-    def on_assigned(self, now: float, start_next: Mapping[Hashable, int]) -> None:
+    def on_assigned(self, now: float, start_next: Mapping[Any, int]) -> None:
         """A new assignment: ``start_next`` is each active changelog partition's local state."""
         self.rebalances += 1
         self._start = dict(start_next)
@@ -38,7 +38,7 @@ class RecoveryMeter:
         if self._revoked_at is None:
             self._revoked_at = now
 
-    def on_resumed(self, now: float, applied_next: Mapping[Hashable, int]) -> None:
+    def on_resumed(self, now: float, applied_next: Mapping[Any, int]) -> None:
         """Actives are caught up and processing; ``applied_next``: where each one got to."""
         if not self._waiting:
             return

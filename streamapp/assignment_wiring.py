@@ -1,0 +1,42 @@
+"""Wires streamapp's assignment into a Faust app: assignor, transport, replica runtime, views."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from standby.runtime import ReplicaRuntime
+from streamapp.web import register_views
+
+#: ``PartitionAssignor`` setting of a streamapp.App.
+PARTITION_ASSIGNOR = "streamapp.partition_assignor:StreamappPartitionAssignor"
+#: How often replica lag is measured and the follow-up rebalance considered.
+TICK_S = 1.0
+
+
+def new_transport(app: Any) -> Any:
+    """The app's consumer transport: Faust's aiokafka one that always uses our assignor."""
+    from streamapp.transport import Transport
+
+    return Transport(app.conf.broker_consumer[0], app, loop=app.loop)
+
+
+def install(app: Any) -> None:
+    """Attach the replica runtime to ``app`` and register its web view, signals and task."""
+    settings = app.streamapp_settings
+    runtime = ReplicaRuntime(
+        app,
+        acceptable_recovery_lag=settings.acceptable_recovery_lag,
+        probing_interval_s=settings.probing_rebalance_interval_s,
+    )
+    app.streamapp_runtime = runtime
+    app.on_partitions_revoked.connect(runtime.on_revoked)
+    app.on_rebalance_complete.connect(runtime.on_resumed)
+    register_views(app)
+
+    async def streamapp_replicas() -> None:
+        while True:
+            await asyncio.sleep(TICK_S)
+            await runtime.tick()
+
+    app.task(streamapp_replicas)
