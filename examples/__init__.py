@@ -1,0 +1,1 @@
+"""Example applications built on streamapp (importable from a source checkout)."""

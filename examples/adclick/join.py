@@ -1,0 +1,242 @@
+"""The impression/click join decisions: pure functions, no Faust, no I/O, no clock.
+
+The rule (shared with the Spark reference join in examples/adclick/spark/):
+a click is attributed to the impression of its auction when
+
+    impression.event_time_ms <= click.event_time_ms <= impression.event_time_ms + size_ms
+
+Records of one topic partition may arrive out of event-time order by at most
+``grace_ms``, and a click may arrive before its impression. State is kept per
+auction on both sides and expired by event time:
+
+* an impression can only still be matched by clicks, so it is expired by the
+  *clicks* clock of its partition (the highest click time seen) once that
+  clock passes ``event_time + size + grace``;
+* a pending click (arrived before any impression) can only be matched by an
+  impression, so it is expired by the *impressions* clock once that passes
+  ``event_time + grace``; it is then counted as unmatched.
+
+Driving each side's expiry by the other side's clock keeps the join exact
+however the two topics' consumption interleaves (after a restart one topic's
+backlog may be read far ahead of the other's).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from examples.adclick.model import Attribution, Click, Impression
+
+
+@dataclass(frozen=True)
+class JoinWindow:
+    size_ms: int
+    grace_ms: int
+
+    def __post_init__(self) -> None:
+        if self.size_ms < 0 or self.grace_ms < 0:
+            raise ValueError(f"window size and grace must be >= 0, got {self}")
+
+    def classify(self, impression_time_ms: int, click_time_ms: int) -> Outcome:
+        if click_time_ms < impression_time_ms:
+            return Outcome.EARLY
+        if click_time_ms > impression_time_ms + self.size_ms:
+            return Outcome.LATE
+        return Outcome.JOINED
+
+    def impression_expires_after(self, impression: Impression) -> int:
+        """The clicks clock value past which no click can match this impression any more."""
+        return impression.event_time_ms + self.size_ms + self.grace_ms
+
+    def pending_click_expires_after(self, click: Click) -> int:
+        """The impressions clock value past which this click's impression cannot arrive any more."""
+        return click.event_time_ms + self.grace_ms
+
+
+class Outcome(enum.Enum):
+    JOINED = "joined"
+    LATE = "late"  # after its impression's window closed
+    EARLY = "early"  # event time before its impression's (clock skew at the source)
+    PENDING = "pending"  # no impression yet: kept until its impression comes or it expires
+    DUPLICATE_CLICK = "duplicate_click"  # the same click id delivered again
+    DUPLICATE_IMPRESSION = "duplicate_impression"
+    UNMATCHED = "unmatched"  # expired while pending: no impression within grace
+
+
+@dataclass(frozen=True)
+class ImpressionState:
+    """What the impressions table keeps per auction."""
+
+    impression: Impression
+    # Click ids already decided against this impression, so a click delivered
+    # twice is neither attributed twice nor counted twice.
+    decided_clicks: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        imp = self.impression
+        return {
+            "auction_id": imp.auction_id,
+            "campaign": imp.campaign,
+            "cost_micros": imp.cost_micros,
+            "event_time_ms": imp.event_time_ms,
+            "decided_clicks": list(self.decided_clicks),
+        }
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> ImpressionState:
+        return cls(
+            impression=Impression(
+                auction_id=obj["auction_id"],
+                campaign=obj["campaign"],
+                cost_micros=int(obj["cost_micros"]),
+                event_time_ms=int(obj["event_time_ms"]),
+            ),
+            decided_clicks=tuple(obj.get("decided_clicks", ())),
+        )
+
+
+def pending_to_json(pending: tuple[Click, ...]) -> list[dict[str, Any]]:
+    return [
+        {"click_id": c.click_id, "auction_id": c.auction_id, "event_time_ms": c.event_time_ms}
+        for c in pending
+    ]
+
+
+def pending_from_json(items: list[dict[str, Any]] | None) -> tuple[Click, ...]:
+    return tuple(
+        Click(
+            click_id=item["click_id"],
+            auction_id=item["auction_id"],
+            event_time_ms=int(item["event_time_ms"]),
+        )
+        for item in items or ()
+    )
+
+
+@dataclass(frozen=True)
+class ClickDecision:
+    outcome: Outcome
+    attribution: Attribution | None = None
+    impression_state: ImpressionState | None = None  # to store, when it changed
+    pending: tuple[Click, ...] | None = None  # to store, when it changed
+
+
+@dataclass(frozen=True)
+class ImpressionDecision:
+    impression_state: ImpressionState
+    attributions: tuple[Attribution, ...] = ()
+    # Every formerly pending click resolved by this impression, with its outcome.
+    resolved: tuple[tuple[Click, Outcome], ...] = ()
+    duplicate: bool = False
+
+
+def on_click(
+    window: JoinWindow,
+    state: ImpressionState | None,
+    pending: tuple[Click, ...],
+    click: Click,
+) -> ClickDecision:
+    if state is None:
+        if any(p.click_id == click.click_id for p in pending):
+            return ClickDecision(Outcome.DUPLICATE_CLICK)
+        return ClickDecision(Outcome.PENDING, pending=(*pending, click))
+    if click.click_id in state.decided_clicks:
+        return ClickDecision(Outcome.DUPLICATE_CLICK)
+    outcome = window.classify(state.impression.event_time_ms, click.event_time_ms)
+    decided = replace(state, decided_clicks=(*state.decided_clicks, click.click_id))
+    attribution = Attribution.of(state.impression, click) if outcome is Outcome.JOINED else None
+    return ClickDecision(outcome, attribution=attribution, impression_state=decided)
+
+
+def on_impression(
+    window: JoinWindow,
+    state: ImpressionState | None,
+    pending: tuple[Click, ...],
+    impression: Impression,
+) -> ImpressionDecision:
+    if state is not None:
+        # Clicks never stay pending next to a stored impression, so there is
+        # nothing to resolve; the first impression of an auction wins.
+        return ImpressionDecision(state, duplicate=True)
+    decided: list[str] = []
+    attributions: list[Attribution] = []
+    resolved: list[tuple[Click, Outcome]] = []
+    for click in pending:
+        if click.click_id in decided:
+            continue
+        decided.append(click.click_id)
+        outcome = window.classify(impression.event_time_ms, click.event_time_ms)
+        resolved.append((click, outcome))
+        if outcome is Outcome.JOINED:
+            attributions.append(Attribution.of(impression, click))
+    return ImpressionDecision(
+        ImpressionState(impression, tuple(decided)),
+        attributions=tuple(attributions),
+        resolved=tuple(resolved),
+    )
+
+
+def impression_expired(window: JoinWindow, state: ImpressionState, clicks_clock_ms: int) -> bool:
+    return clicks_clock_ms > window.impression_expires_after(state.impression)
+
+
+def expire_pending(
+    window: JoinWindow, pending: tuple[Click, ...], impressions_clock_ms: int
+) -> tuple[tuple[Click, ...], tuple[Click, ...]]:
+    """Split pending clicks into (still pending, expired as unmatched)."""
+    keep = tuple(
+        c for c in pending if impressions_clock_ms <= window.pending_click_expires_after(c)
+    )
+    gone = tuple(c for c in pending if impressions_clock_ms > window.pending_click_expires_after(c))
+    return keep, gone
+
+
+@dataclass
+class PartitionClocks:
+    """Highest event time seen per side in one partition (stream time, never goes back)."""
+
+    impressions_ms: int = -1
+    clicks_ms: int = -1
+
+    def saw_impression(self, impression: Impression) -> None:
+        self.impressions_ms = max(self.impressions_ms, impression.event_time_ms)
+
+    def saw_click(self, click: Click) -> None:
+        self.clicks_ms = max(self.clicks_ms, click.event_time_ms)
+
+
+@dataclass(frozen=True)
+class ExpiryBuckets:
+    """Time buckets that index which auctions may expire when.
+
+    Each table keeps, next to its auction entries, one index entry per bucket
+    listing the auctions whose expiry time falls in it, plus the lowest bucket
+    not yet swept. A bucket is swept once the driving clock has passed its end,
+    so every auction listed in it has expired by then.
+    """
+
+    width_ms: int
+    max_per_sweep: int = 64  # bounds the work one record can trigger after a clock jump
+
+    def bucket_of(self, expires_after_ms: int) -> int:
+        return expires_after_ms // self.width_ms
+
+    def due(self, next_bucket: int | None, clock_ms: int) -> range:
+        """Buckets whose end the clock has passed, starting at ``next_bucket``, bounded."""
+        if next_bucket is None or clock_ms < 0:
+            return range(0)
+        # Bucket b covers [b*w, (b+1)*w); an entry in it expires once clock > its time,
+        # guaranteed for all of them when clock >= (b+1)*w.
+        last_due = clock_ms // self.width_ms - 1
+        stop = min(last_due + 1, next_bucket + self.max_per_sweep)
+        return range(next_bucket, max(next_bucket, stop))
+
+
+@dataclass
+class OutcomeCounts:
+    counts: dict[str, int] = field(default_factory=dict)
+
+    def add(self, outcome: Outcome, n: int = 1) -> None:
+        self.counts[outcome.value] = self.counts.get(outcome.value, 0) + n

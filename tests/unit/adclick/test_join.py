@@ -1,0 +1,140 @@
+"""The join decisions without a broker: arrival order, lateness, unmatched clicks, expiry."""
+
+from __future__ import annotations
+
+from examples.adclick.join import (
+    ExpiryBuckets,
+    ImpressionState,
+    JoinWindow,
+    Outcome,
+    PartitionClocks,
+    expire_pending,
+    impression_expired,
+    on_click,
+    on_impression,
+    pending_from_json,
+    pending_to_json,
+)
+from examples.adclick.model import Attribution, Click, Impression
+
+WINDOW = JoinWindow(size_ms=10_000, grace_ms=2_000)
+IMP = Impression("a1", "campaign-01", 250_000, event_time_ms=100_000)
+
+
+def click(ms_after: int, click_id: str = "c1") -> Click:
+    return Click(click_id, "a1", IMP.event_time_ms + ms_after)
+
+
+def test_click_after_impression_in_window_is_attributed() -> None:
+    stored = on_impression(WINDOW, None, (), IMP)
+    assert stored.attributions == ()
+    decision = on_click(WINDOW, stored.impression_state, (), click(3_000))
+    assert decision.outcome is Outcome.JOINED
+    assert decision.attribution == Attribution(
+        "c1", "a1", "campaign-01", 250_000, impression_time_ms=100_000, click_time_ms=103_000
+    )
+    assert decision.impression_state is not None
+    assert decision.impression_state.decided_clicks == ("c1",)
+
+
+def test_window_bounds_are_inclusive() -> None:
+    state = ImpressionState(IMP)
+    assert on_click(WINDOW, state, (), click(0)).outcome is Outcome.JOINED
+    assert on_click(WINDOW, state, (), click(10_000)).outcome is Outcome.JOINED
+    assert on_click(WINDOW, state, (), click(10_001)).outcome is Outcome.LATE
+    assert on_click(WINDOW, state, (), click(-1)).outcome is Outcome.EARLY
+
+
+def test_click_before_impression_waits_then_joins() -> None:
+    first = on_click(WINDOW, None, (), click(500))
+    assert first.outcome is Outcome.PENDING
+    assert first.attribution is None
+    assert first.pending == (click(500),)
+    joined = on_impression(WINDOW, None, first.pending, IMP)
+    assert [a.click_id for a in joined.attributions] == ["c1"]
+    assert joined.resolved == ((click(500), Outcome.JOINED),)
+    # Once decided, the same click delivered again is not attributed a second time.
+    again = on_click(WINDOW, joined.impression_state, (), click(500))
+    assert again.outcome is Outcome.DUPLICATE_CLICK
+    assert again.attribution is None
+
+
+def test_pending_late_click_is_counted_late_not_joined() -> None:
+    pending = on_click(WINDOW, None, (), click(12_000)).pending
+    assert pending is not None
+    decision = on_impression(WINDOW, None, pending, IMP)
+    assert decision.attributions == ()
+    assert decision.resolved == ((click(12_000), Outcome.LATE),)
+
+
+def test_duplicate_click_while_pending_is_not_kept_twice() -> None:
+    pending = on_click(WINDOW, None, (), click(1)).pending
+    assert pending is not None
+    assert on_click(WINDOW, None, pending, click(1)).outcome is Outcome.DUPLICATE_CLICK
+
+
+def test_two_distinct_clicks_on_one_auction_are_both_attributed() -> None:
+    state = on_impression(WINDOW, None, (), IMP).impression_state
+    first = on_click(WINDOW, state, (), click(1_000, "c1"))
+    second = on_click(WINDOW, first.impression_state, (), click(2_000, "c2"))
+    assert first.outcome is second.outcome is Outcome.JOINED
+    assert second.impression_state is not None
+    assert second.impression_state.decided_clicks == ("c1", "c2")
+
+
+def test_second_impression_of_an_auction_keeps_the_first() -> None:
+    state = on_impression(WINDOW, None, (), IMP).impression_state
+    other = Impression("a1", "campaign-99", 1, IMP.event_time_ms + 5)
+    decision = on_impression(WINDOW, state, (), other)
+    assert decision.duplicate
+    assert decision.impression_state.impression == IMP
+
+
+def test_impression_expires_on_the_clicks_clock_only_after_window_and_grace() -> None:
+    state = ImpressionState(IMP)
+    edge = IMP.event_time_ms + WINDOW.size_ms + WINDOW.grace_ms
+    assert not impression_expired(WINDOW, state, edge)
+    assert impression_expired(WINDOW, state, edge + 1)
+
+
+def test_pending_click_expires_as_unmatched_after_grace_on_the_impressions_clock() -> None:
+    old, young = click(0, "old"), click(5_000, "young")
+    keep, gone = expire_pending(WINDOW, (old, young), IMP.event_time_ms + 2_001)
+    assert keep == (young,)
+    assert gone == (old,)
+    keep, gone = expire_pending(WINDOW, (old, young), IMP.event_time_ms + 2_000)
+    assert keep == (old, young)
+    assert gone == ()
+
+
+def test_clocks_never_go_back() -> None:
+    clocks = PartitionClocks()
+    clocks.saw_click(click(5_000))
+    clocks.saw_click(click(1_000))
+    clocks.saw_impression(IMP)
+    assert clocks.clicks_ms == IMP.event_time_ms + 5_000
+    assert clocks.impressions_ms == IMP.event_time_ms
+
+
+def test_expiry_buckets_sweep_only_buckets_the_clock_has_passed() -> None:
+    buckets = ExpiryBuckets(width_ms=1_000, max_per_sweep=3)
+    assert buckets.bucket_of(12_345) == 12
+    assert list(buckets.due(None, 50_000)) == []
+    assert list(buckets.due(12, 12_999)) == []  # bucket 12 ends at 13_000
+    assert list(buckets.due(12, 13_000)) == [12]
+    # A clock jump sweeps at most max_per_sweep buckets per call.
+    assert list(buckets.due(12, 99_000)) == [12, 13, 14]
+    # Every entry of a swept bucket really has expired by then.
+    expires_after = 12_999
+    bucket = buckets.bucket_of(expires_after)
+    clock = (bucket + 1) * buckets.width_ms
+    assert bucket in buckets.due(bucket, clock)
+    assert clock > expires_after
+
+
+def test_states_round_trip_through_json() -> None:
+    state = ImpressionState(IMP, ("c1", "c2"))
+    assert ImpressionState.from_json(state.to_json()) == state
+    pending = (click(1, "c1"), click(2, "c2"))
+    assert pending_from_json(pending_to_json(pending)) == pending
+    assert pending_from_json(None) == ()
