@@ -59,5 +59,14 @@ class RecoveryMeter:
             "last_rebalance": {
                 "records_replayed": self.last_records_replayed,
                 "seconds_to_resume": self.last_seconds_to_resume,
+                "by_partition": _by_topic(self.last_replayed_by_partition),
             },
         }
+
+
+def _by_topic(replayed: Mapping[Any, int]) -> dict[str, dict[str, int]]:
+    """``{(topic, partition): n}`` as JSON: topic -> partition -> records."""
+    out: dict[str, dict[str, int]] = {}
+    for (topic, partition), records in sorted(replayed.items()):
+        out.setdefault(str(topic), {})[str(partition)] = records
+    return out

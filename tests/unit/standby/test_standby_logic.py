@@ -57,7 +57,11 @@ def test_recovery_meter_counts_the_tail_and_the_time() -> None:
     m.on_resumed(12.5, {A: 130, B: 0})
     assert m.as_json() == {
         "records_replayed_total": 30,
-        "last_rebalance": {"records_replayed": 30, "seconds_to_resume": 2.5},
+        "last_rebalance": {
+            "records_replayed": 30,
+            "seconds_to_resume": 2.5,
+            "by_partition": {"cl": {"0": 30, "1": 0}},
+        },
     }
     m.on_resumed(13.0, {A: 500})  # no new assignment: nothing more to count
     m.on_assigned(20.0, {C: 5})  # first assignment without a revoke: from the assignment
