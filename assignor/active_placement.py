@@ -1,0 +1,150 @@
+"""Which concrete tasks each member holds active, given the quotas.
+
+Per group, in three linear passes:
+
+1. Sticky: a member keeps the tasks it held, up to its quota. When it must
+   give some up, it first gives those another member with free quota can
+   take without a replay (contract rule 6), then the highest partitions.
+2. Local state: each task left over goes to a member with free quota that
+   can take it without a replay: one that claimed part of it, else a
+   caught-up member, least lag first (its standby, or a member that
+   restarted with its state on disk).
+3. The rest fill the remaining quota in member order.
+
+KIP-441 on top: a stateful task whose target from pass 3 is not caught up,
+while some eligible member is, stays active on a caught-up member (its
+previous owner if it had one, else the least lag) and is reported in
+``withheld`` with its target, which will get a warmup replica.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from assignor.facts import Task, TaskFacts
+from assignor.grouper import Group
+
+__all__ = ["ActivePlacement", "place_actives"]
+
+
+@dataclass
+class ActivePlacement:
+    #: owner[g][p]: member index holding task (g, p) active, or -1
+    owner: list[list[int]]
+    #: task -> member the balanced plan wanted, for tasks held back (rule 7)
+    withheld: dict[Task, int] = field(default_factory=dict)
+
+
+def place_actives(
+    groups: list[Group], quotas: list[dict[int, int]], facts: TaskFacts
+) -> ActivePlacement:
+    placement = ActivePlacement(owner=[[-1] * g.partitions for g in groups])
+    load: dict[int, int] = {}
+    for group, quota in zip(groups, quotas, strict=True):
+        if group.eligible:
+            _place_group(group, quota, facts, placement, load)
+    return placement
+
+
+def _place_group(
+    group: Group,
+    quota: dict[int, int],
+    facts: TaskFacts,
+    placement: ActivePlacement,
+    load: dict[int, int],
+) -> None:
+    g = group.index
+    previous = facts.previous_owner[g]
+    owners = placement.owner[g]
+    state_lag = facts.state_lag
+    acceptable = facts.acceptable_lag
+
+    held: dict[int, list[int]] = {}
+    unowned: list[int] = []
+    for p, owner in enumerate(previous):
+        if owner == -1:
+            unowned.append(p)
+        else:
+            held.setdefault(owner, []).append(p)
+    free = {m: max(q - len(held.get(m, ())), 0) for m, q in quota.items()}
+
+    def takers(p: int) -> list[int]:
+        """Who could take task p without a replay: other claimants, then least lag."""
+        found = [m for m in facts.other_claimants.get((g, p), ()) if m in quota]
+        lags = state_lag.get((g, p))
+        if lags:
+            ready = sorted((lag, m) for m, lag in lags.items() if lag <= acceptable)
+            found.extend(m for _, m in ready if m not in found)
+        return found
+
+    def someone_else_takes(p: int, owner: int) -> bool:
+        return any(m != owner and free.get(m, 0) > 0 for m in takers(p))
+
+    # 1. Sticky, giving up first what someone else can take without a replay.
+    released: list[int] = []
+    for member, partitions in held.items():
+        keep = quota.get(member, 0)
+        if len(partitions) <= keep:
+            for p in partitions:
+                owners[p] = member
+            continue
+        ranked = sorted(partitions, key=lambda p: (someone_else_takes(p, member), p))
+        for p in ranked[:keep]:
+            owners[p] = member
+        released.extend(ranked[keep:])
+
+    # 2. Members that can take a task without a replay, if they have free quota.
+    leftover: list[int] = []
+    for p in sorted(unowned + released):
+        best = next((m for m in takers(p) if free.get(m, 0) > 0), -1)
+        if best == -1:
+            leftover.append(p)
+        else:
+            owners[p] = best
+            free[best] -= 1
+
+    # 3. Fill what is left in member order.
+    open_members = iter(sorted(m for m, n in free.items() if n > 0))
+    member = next(open_members, -1)
+    for p in leftover:
+        while member != -1 and free[member] == 0:
+            member = next(open_members, -1)
+        if member == -1:  # quotas always cover the group; defensive only
+            member = min(quota)
+        owners[p] = member
+        free[member] = free.get(member, 0) - 1
+
+    for p in range(group.partitions):
+        load[owners[p]] = load.get(owners[p], 0) + 1
+    if group.stateful:
+        _hold_back_for_warmups(group, leftover, facts, placement, load)
+
+
+def _hold_back_for_warmups(
+    group: Group,
+    moved: list[int],
+    facts: TaskFacts,
+    placement: ActivePlacement,
+    load: dict[int, int],
+) -> None:
+    """KIP-441: never hand a task to a member that must replay while one need not."""
+    g = group.index
+    owners = placement.owner[g]
+    acceptable = facts.acceptable_lag
+    for p in moved:
+        target = owners[p]
+        if facts.caught_up(target, (g, p)):
+            continue
+        lags = facts.state_lag.get((g, p), {})
+        previous = facts.previous_owner[g][p]
+        if previous != -1:
+            keeper = previous
+        else:
+            ready = [m for m, lag in lags.items() if lag <= acceptable]
+            if not ready:
+                continue
+            keeper = min(ready, key=lambda m: (lags[m], load.get(m, 0), m))
+        owners[p] = keeper
+        load[target] -= 1
+        load[keeper] = load.get(keeper, 0) + 1
+        placement.withheld[(g, p)] = target

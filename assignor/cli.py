@@ -1,0 +1,135 @@
+"""``python -m assignor plan FILE|- [--strategy NAME] [--format json|table]``.
+
+`main(argv) -> int` is also what ``streamapp plan`` calls. Exit status 0 on
+success, 2 on bad input (unreadable file, invalid JSON, a `ScenarioError`,
+bad arguments) with exactly one line on stderr and nothing on stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any, NoReturn
+
+from assignor.errors import ScenarioError
+from assignor.plan import available_strategies, plan
+
+__all__ = ["format_table", "main"]
+
+BAD_INPUT = 2
+
+
+class _UsageError(Exception):
+    pass
+
+
+class _OneLineParser(argparse.ArgumentParser):
+    """argparse prints usage plus a message; we promise one line."""
+
+    def error(self, message: str) -> NoReturn:
+        raise _UsageError(message)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _OneLineParser(prog="assignor", description="Partition assignment decisions.")
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_OneLineParser)
+    planner = commands.add_parser("plan", help="decide an assignment for a scenario")
+    planner.add_argument("file", help="scenario JSON file, or - for standard input")
+    planner.add_argument(
+        "--strategy",
+        default="stateful",
+        help=f"one of: {', '.join(available_strategies())} (default: stateful)",
+    )
+    planner.add_argument("--format", choices=("json", "table"), default="json")
+    return parser
+
+
+def _read(path: str) -> Any:
+    try:
+        text = sys.stdin.read() if path == "-" else open(path, encoding="utf-8").read()  # noqa: SIM115
+    except OSError as exc:
+        raise ScenarioError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise ScenarioError(f"{path}: not UTF-8 text") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        where = "stdin" if path == "-" else path
+        raise ScenarioError(
+            f"{where}: not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})"
+        ) from None
+
+
+def _by_group(result: dict[str, Any], placement: dict[str, list[int]]) -> list[int]:
+    counts = []
+    for group in result["groups"]:
+        tasks: set[int] = set()
+        for topic in group["topics"]:
+            tasks.update(placement.get(topic, ()))
+        counts.append(len(tasks))
+    return counts
+
+
+def _task_total(result: dict[str, Any], placement: dict[str, list[int]]) -> int:
+    return sum(_by_group(result, placement))
+
+
+def format_table(result: dict[str, Any], scenario: dict[str, Any]) -> str:
+    """A human table: one row per member, then the groups and the stats."""
+    members_in = scenario.get("members", {})
+    groups = result["groups"]
+    header = ["member", "client", "host", *[f"g{i}" for i in range(len(groups))]]
+    header += ["active", "standby", "warmup"]
+    rows = [header]
+    for member_id, share in result["members"].items():
+        raw = members_in.get(member_id, {})
+        per_group = _by_group(result, share["active"])
+        rows.append(
+            [
+                member_id,
+                str(raw.get("client_id", member_id)),
+                str(raw.get("host") or "-"),
+                *[str(n) for n in per_group],
+                str(sum(per_group)),
+                str(_task_total(result, share["standby"])),
+                str(_task_total(result, share["warmup"])),
+            ]
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    lines = [
+        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+        for row in rows
+    ]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    lines.append("")
+    for i, group in enumerate(groups):
+        kind = "stateful" if group["stateful"] else "stateless"
+        lines.append(f"g{i}: {group['partitions']} tasks, {kind}: {', '.join(group['topics'])}")
+    lines.append(f"strategy: {result['strategy']}")
+    lines.append(f"followup_rebalance: {str(result['followup_rebalance']).lower()}")
+    if result["revoking"]:
+        lines.append(f"revoking: {json.dumps(result['revoking'], sort_keys=True)}")
+    if result["unassigned"]:
+        lines.append(f"unassigned: {json.dumps(result['unassigned'], sort_keys=True)}")
+    for name, value in sorted(result["stats"].items()):
+        lines.append(f"{name}: {value}")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit status (see module docs)."""
+    try:
+        args = _parser().parse_args(argv)
+        scenario = _read(args.file)
+        result = plan(scenario, strategy=args.strategy)
+    except (_UsageError, ScenarioError) as exc:
+        message = " ".join(str(exc).split())  # one line, whatever the message held
+        print(f"assignor: error: {message}", file=sys.stderr)
+        return BAD_INPUT
+    if args.format == "table":
+        print(format_table(result, scenario))
+    else:
+        print(json.dumps(result, indent=2))
+    return 0

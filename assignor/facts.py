@@ -1,0 +1,171 @@
+"""What the previous generation left behind, per task: owners, standbys, local state.
+
+`TaskFacts.collect(scenario, grouping)` indexes the scenario once so the
+placement passes never rescan members per task:
+
+- ``members``: member ids in scenario order; everything else refers to members
+  by their index in it.
+- ``previous_owner[g][p]``: the member that held task ``(g, p)`` active (the
+  one claiming most of its topics, then the highest generation, then the
+  lowest index), or -1. Claims by a member no longer eligible for the group
+  are ignored: it cannot keep the task anyway.
+- ``other_claimants[(g, p)]``: members that claimed some of the task's
+  partitions but lost it to ``previous_owner`` (possible when a previous
+  assignment did not co-partition); they are the next best keepers.
+- ``previous_standbys[(g, p)]``: members that held a standby of a stateful task.
+- ``state_lag[(g, p)]``: member -> lag, for members with local state for the
+  task (or that owned it active: a running active is caught up, lag 0).
+  ``no_state_lag[(g, p)]`` is what a member without local state must replay.
+
+Lag of a task = sum over its changelog topics of ``end - offset`` (never below
+zero); a missing offset counts as 0.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from assignor.grouper import Grouping
+from assignor.model import Scenario
+
+__all__ = ["Task", "TaskFacts"]
+
+#: (group index, partition)
+Task = tuple[int, int]
+
+
+@dataclass
+class TaskFacts:
+    members: list[str]
+    index_of: dict[str, int]
+    capacity: list[int]
+    previous_owner: list[list[int]]
+    other_claimants: dict[Task, list[int]]
+    previous_standbys: dict[Task, list[int]]
+    state_lag: dict[Task, dict[int, int]]
+    no_state_lag: dict[Task, int]
+    acceptable_lag: int
+
+    def lag(self, member: int, task: Task) -> int:
+        known = self.state_lag.get(task)
+        if known is not None:
+            lag = known.get(member)
+            if lag is not None:
+                return lag
+        return self.no_state_lag.get(task, 0)
+
+    def caught_up(self, member: int, task: Task) -> bool:
+        return self.lag(member, task) <= self.acceptable_lag
+
+    @classmethod
+    def collect(cls, scenario: Scenario, grouping: Grouping) -> TaskFacts:
+        members = list(scenario.members)
+        index_of = {member_id: i for i, member_id in enumerate(members)}
+        groups = grouping.groups
+        eligible = [{index_of[m] for m in g.eligible} for g in groups]
+        group_of_topic = grouping.group_of_topic
+
+        previous_owner = [[-1] * g.partitions for g in groups]
+        # Only when two members claim topics of one task do we need to count.
+        votes: dict[Task, dict[int, int]] = {}
+        previous_standbys: dict[Task, list[int]] = {}
+        for i, member in enumerate(scenario.members.values()):
+            for topic, partitions in member.owned_active.items():
+                g = group_of_topic.get(topic)
+                if g is None or i not in eligible[g]:
+                    continue
+                owners = previous_owner[g]
+                for p in partitions:
+                    current = owners[p]
+                    if current == -1:
+                        owners[p] = i
+                    elif current != i or (g, p) in votes:
+                        tally = votes.setdefault((g, p), {})
+                        tally[i] = tally.get(i, 0) + 1
+            for topic, partitions in member.owned_standby.items():
+                g = group_of_topic.get(topic)
+                if g is None or not groups[g].stateful or i not in eligible[g]:
+                    continue
+                for p in partitions:
+                    holders = previous_standbys.setdefault((g, p), [])
+                    if i not in holders:
+                        holders.append(i)
+        other_claimants: dict[Task, list[int]] = {}
+        if votes:
+            generation = [m.generation for m in scenario.members.values()]
+            for (g, p), tally in votes.items():
+                # The first claimant was recorded without a vote; count it now.
+                first = previous_owner[g][p]
+                counted: dict[int, int] = {}
+                for i, member in enumerate(scenario.members.values()):
+                    if i in tally or i == first:
+                        counted[i] = sum(
+                            1
+                            for topic in groups[g].topics
+                            if p in member.owned_active.get(topic, ())
+                        )
+                previous_owner[g][p] = min(counted, key=lambda i: (-counted[i], -generation[i], i))
+
+        state_lag, no_state_lag = cls._lags(scenario, grouping, index_of, eligible)
+        for g, group in enumerate(groups):
+            if not group.stateful:
+                continue
+            for p, owner in enumerate(previous_owner[g]):
+                if owner != -1:
+                    state_lag.setdefault((g, p), {})[owner] = 0
+        # A standby that was never asked for (owned_standby of a member that also
+        # owns the task active) cannot be both; the owner wins.
+        for task, holders in previous_standbys.items():
+            owner = previous_owner[task[0]][task[1]]
+            if owner in holders:
+                holders.remove(owner)
+
+        return cls(
+            members=members,
+            index_of=index_of,
+            capacity=[m.capacity for m in scenario.members.values()],
+            previous_owner=previous_owner,
+            other_claimants=other_claimants,
+            previous_standbys=previous_standbys,
+            state_lag=state_lag,
+            no_state_lag=no_state_lag,
+            acceptable_lag=scenario.acceptable_recovery_lag,
+        )
+
+    @staticmethod
+    def _lags(
+        scenario: Scenario,
+        grouping: Grouping,
+        index_of: dict[str, int],
+        eligible: list[set[int]],
+    ) -> tuple[dict[Task, dict[int, int]], dict[Task, int]]:
+        end = scenario.end_offsets
+        no_state: dict[Task, int] = {}
+        for g, group in enumerate(grouping.groups):
+            if not group.stateful:
+                continue
+            ends = [end.get(topic, {}) for topic in group.changelog_topics]
+            for p in range(group.partitions):
+                total = sum(e.get(p, 0) for e in ends)
+                if total:
+                    no_state[(g, p)] = total
+        # Replayed so far, per (task, member): sum of min(offset, end).
+        replayed: dict[Task, dict[int, int]] = {}
+        for member_id, member in scenario.members.items():
+            i = index_of[member_id]
+            for topic, by_partition in member.offsets.items():
+                found = grouping.group_of_topic.get(topic)
+                if found is None or topic not in scenario.changelog_topics:
+                    continue
+                if i not in eligible[found]:
+                    continue
+                topic_end = end.get(topic, {})
+                for p, offset in by_partition.items():
+                    done = min(offset, topic_end.get(p, 0))
+                    per_member = replayed.setdefault((found, p), {})
+                    per_member[i] = per_member.get(i, 0) + done
+        state_lag = {
+            task: {i: no_state.get(task, 0) - done for i, done in per_member.items()}
+            for task, per_member in replayed.items()
+        }
+        return state_lag, no_state

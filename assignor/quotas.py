@@ -1,0 +1,177 @@
+"""How many active tasks of each group each member should hold.
+
+Deciding counts first and concrete tasks second keeps both steps linear and
+makes balance a property of the counts alone.
+
+`active_quotas(groups, facts) -> list[dict[member, count]]` (one dict per
+group; members without tasks in a group may be missing).
+
+Uniform case (every group has the same eligible members, all of one
+capacity): a group of ``n`` tasks over ``M`` members gives each ``n // M`` and
+``n % M`` of them one extra. Which members get the extras decides overall
+balance: with ``R`` extras in all, ``R % M`` members get ``R // M + 1`` and the
+rest ``R // M``, so totals differ by at most one as well. Members that held
+an extra task of a group before keep it whenever those limits allow, which is
+what makes an unchanged, balanced scenario a fixed point.
+
+General case (uneven subscriptions or capacities), KIP-54's notion of
+balance: start from what each member held, hand unowned tasks to the member
+with the lowest weighted load (``(count + 1) / capacity``), most constrained
+groups first, then move single tasks from the most to the least loaded
+eligible member while that strictly helps.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Sequence
+
+from assignor.facts import TaskFacts
+from assignor.grouper import Group
+
+__all__ = ["active_quotas", "previous_counts"]
+
+Quota = dict[int, int]
+
+
+def previous_counts(groups: Sequence[Group], facts: TaskFacts) -> list[Quota]:
+    """Per group, member -> tasks it held active (eligible members only)."""
+    counts: list[Quota] = []
+    for group in groups:
+        held: Quota = {}
+        for owner in facts.previous_owner[group.index]:
+            if owner != -1:
+                held[owner] = held.get(owner, 0) + 1
+        counts.append(held)
+    return counts
+
+
+def _is_uniform(groups: Sequence[Group], facts: TaskFacts) -> bool:
+    first = groups[0].eligible
+    if any(group.eligible != first for group in groups):
+        return False
+    capacities = {facts.capacity[facts.index_of[m]] for m in first}
+    return len(capacities) == 1
+
+
+def active_quotas(groups: Sequence[Group], facts: TaskFacts) -> list[Quota]:
+    """Per group (in ``groups`` order), member index -> active tasks to hold."""
+    live = [g for g in groups if g.eligible]
+    held = previous_counts(groups, facts)
+    quotas: list[Quota] = [{} for _ in groups]
+    if not live:
+        return quotas
+    position = {g.index: k for k, g in enumerate(groups)}
+    if _is_uniform(live, facts):
+        solved = _uniform_quotas(live, [held[position[g.index]] for g in live], facts)
+    else:
+        solved = _weighted_quotas(live, [held[position[g.index]] for g in live], facts)
+    for group, quota in zip(live, solved, strict=True):
+        quotas[position[group.index]] = quota
+    return quotas
+
+
+def _uniform_quotas(
+    groups: Sequence[Group], held: Sequence[Quota], facts: TaskFacts
+) -> list[Quota]:
+    members = [facts.index_of[m] for m in groups[0].eligible]
+    size = len(members)
+    base = [group.partitions // size for group in groups]
+    extras_needed = [group.partitions % size for group in groups]
+    total_extras = sum(extras_needed)
+    floor_extras, high_slots = divmod(total_extras, size)
+    extras: dict[int, int] = dict.fromkeys(members, 0)
+    gets_extra: list[set[int]] = [set() for _ in groups]
+
+    def has_room(member: int) -> bool:
+        count = extras[member]
+        return count < floor_extras or (count == floor_extras and high_slots > 0)
+
+    def grant(k: int, member: int) -> None:
+        nonlocal high_slots
+        if extras[member] == floor_extras:
+            high_slots -= 1
+        extras[member] += 1
+        gets_extra[k].add(member)
+
+    # 1. Members that held an extra task keep it while the limits allow.
+    for k in range(len(groups)):
+        wanting = sorted(
+            (m for m, count in held[k].items() if count > base[k]),
+            key=lambda m: (-held[k][m], m),
+        )
+        for member in wanting:
+            if len(gets_extra[k]) == extras_needed[k]:
+                break
+            if has_room(member):
+                grant(k, member)
+
+    # 2. The rest, groups needing most first, to members with fewest extras
+    #    (then those that held most of the group, to move fewer tasks).
+    order = sorted(range(len(groups)), key=lambda k: (-(extras_needed[k] - len(gets_extra[k])), k))
+    for k in order:
+        missing = extras_needed[k] - len(gets_extra[k])
+        if missing <= 0:
+            continue
+        candidates = sorted(
+            (m for m in members if m not in gets_extra[k]),
+            key=lambda m: (not has_room(m), extras[m], -held[k].get(m, 0), m),
+        )
+        for member in candidates[:missing]:
+            grant(k, member)
+
+    return [{m: base[k] + (m in gets_extra[k]) for m in members} for k in range(len(groups))]
+
+
+def _weighted_quotas(
+    groups: Sequence[Group], held: Sequence[Quota], facts: TaskFacts
+) -> list[Quota]:
+    capacity = facts.capacity
+    eligible = [[facts.index_of[m] for m in g.eligible] for g in groups]
+    quotas: list[Quota] = [dict(h) for h in held]
+    total: dict[int, int] = {}
+    for quota in quotas:
+        for member, count in quota.items():
+            total[member] = total.get(member, 0) + count
+
+    # Unowned tasks, most constrained groups first, to the least weighted load.
+    order = sorted(range(len(groups)), key=lambda k: (len(eligible[k]), k))
+    for k in order:
+        unowned = groups[k].partitions - sum(quotas[k].values())
+        if unowned <= 0:
+            continue
+        heap = [((total.get(m, 0) + 1) / capacity[m], quotas[k].get(m, 0), m) for m in eligible[k]]
+        heapq.heapify(heap)
+        for _ in range(unowned):
+            _, _, member = heapq.heappop(heap)
+            quotas[k][member] = quotas[k].get(member, 0) + 1
+            total[member] = total.get(member, 0) + 1
+            heapq.heappush(
+                heap,
+                ((total[member] + 1) / capacity[member], quotas[k][member], member),
+            )
+
+    # KIP-54: no task may move to an eligible member and strictly improve balance.
+    # Within a group, if any improving move exists, the most loaded holder and
+    # the least loaded eligible member form one, so checking that pair suffices.
+    moved = True
+    while moved:
+        moved = False
+        for k in order:
+            while True:
+                holders = [m for m in eligible[k] if quotas[k].get(m, 0) > 0]
+                if not holders:
+                    break
+                giver = max(holders, key=lambda m: (total.get(m, 0) / capacity[m], -m))
+                taker = min(eligible[k], key=lambda m: ((total.get(m, 0) + 1) / capacity[m], m))
+                # Integer cross-multiplication: (t_b + 1) / c_b < t_a / c_a.
+                if (total.get(taker, 0) + 1) * capacity[giver] >= total.get(giver, 0) * capacity[
+                    taker
+                ]:
+                    break
+                quotas[k][giver] -= 1
+                quotas[k][taker] = quotas[k].get(taker, 0) + 1
+                total[giver] -= 1
+                total[taker] = total.get(taker, 0) + 1
+                moved = True
+    return quotas

@@ -1,0 +1,272 @@
+"""StandbyPlacement: where the replicas of stateful tasks live.
+
+Each stateful task gets ``min(num_standbys, eligible - 1)`` standbys, never on
+its active member, never two on one member. Placement domains: a standby goes
+to a rack none of the task's other copies use when one exists, else to an
+unused host, else anywhere (a member without a host is its own host; without
+a rack, its host is its rack).
+
+Counts are balanced like actives: with ``S`` standbys over members of total
+capacity ``C``, member ``m`` gets ``floor(S * cap_m / C)``, and the
+``S - sum(floors)`` left over go one each to members that can take them, so
+with equal capacities the counts differ by at most one.
+
+Two passes keep it sticky and linear: first every task keeps its previous
+standbys (and takes members with its state on disk, or the member its active
+is being warmed up for) where domains and counts allow; then the gaps are
+filled from a heap of members by standby load.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from assignor.facts import Task, TaskFacts
+from assignor.grouper import Group
+from assignor.model import Scenario
+
+__all__ = ["place_standbys"]
+
+TierOf = Callable[[Task, int], int]
+BestTier = Callable[[Task], int]
+
+
+@dataclass
+class _Domains:
+    host: list[object]
+    rack: list[object]
+
+    @classmethod
+    def of(cls, scenario: Scenario) -> _Domains:
+        hosts: list[object] = []
+        racks: list[object] = []
+        for member_id, member in scenario.members.items():
+            host = ("host", member.host) if member.host is not None else ("member", member_id)
+            hosts.append(host)
+            racks.append(("rack", member.rack) if member.rack is not None else host)
+        return cls(host=hosts, rack=racks)
+
+
+class _Counts:
+    """Standby counts with the floor/leftover limits of the module docstring."""
+
+    def __init__(self, members: list[int], total: int, capacity: list[int]) -> None:
+        weight = sum(capacity[m] for m in members)
+        self.capacity = capacity
+        self.count = dict.fromkeys(members, 0)
+        self.floor = {m: total * capacity[m] // weight for m in members} if weight else {}
+        self.leftover = total - sum(self.floor.values())
+
+    def can_take(self, m: int) -> bool:
+        count, floor = self.count[m], self.floor[m]
+        return count < floor or (count == floor and self.leftover > 0)
+
+    def take(self, m: int) -> None:
+        if self.count[m] == self.floor[m] and self.leftover > 0:
+            self.leftover -= 1
+        self.count[m] += 1
+
+    def key(self, m: int) -> float:
+        return (self.count[m] + 1) / self.capacity[m]
+
+
+def place_standbys(
+    scenario: Scenario,
+    groups: list[Group],
+    owners: list[list[int]],
+    facts: TaskFacts,
+    warming: dict[Task, int],
+    warmups: dict[Task, int],
+) -> dict[Task, list[int]]:
+    """Standby members per stateful task (see module docs).
+
+    ``warming``: task -> member its active is held back for; that member is
+    preferred as a standby, since a standby replays like a warmup, unless
+    ``warmups`` already gives it a warmup replica of the task (one copy each).
+    """
+    wanted = {
+        g.index: min(scenario.num_standbys, len(g.eligible) - 1)
+        for g in groups
+        if g.stateful and len(g.eligible) > 1
+    }
+    wanted = {g: k for g, k in wanted.items() if k > 0}
+    if not wanted:
+        return {}
+    index_of = facts.index_of
+    eligible = {g: {index_of[m] for m in groups[g].eligible} for g in wanted}
+    everyone = sorted(set().union(*eligible.values()))
+    total = sum(groups[g].partitions * k for g, k in wanted.items())
+    counts = _Counts(everyone, total, facts.capacity)
+    domains = _Domains.of(scenario)
+    distinct_hosts = {g: len({domains.host[m] for m in eligible[g]}) for g in wanted}
+    distinct_racks = {g: len({domains.rack[m] for m in eligible[g]}) for g in wanted}
+
+    chosen: dict[Task, list[int]] = {}
+    #: task -> member that may not hold a standby of it (it gets a warmup)
+    blocked: dict[Task, int] = {}
+    used_hosts: dict[Task, set[object]] = {}
+    used_racks: dict[Task, set[object]] = {}
+
+    def best_tier(task: Task) -> int:
+        if len(used_racks[task]) < distinct_racks[task[0]]:
+            return 0
+        if len(used_hosts[task]) < distinct_hosts[task[0]]:
+            return 1
+        return 2
+
+    def tier(task: Task, m: int) -> int:
+        if domains.rack[m] not in used_racks[task]:
+            return 0
+        return 1 if domains.host[m] not in used_hosts[task] else 2
+
+    def accept(task: Task, m: int) -> None:
+        counts.take(m)
+        chosen[task].append(m)
+        used_hosts[task].add(domains.host[m])
+        used_racks[task].add(domains.rack[m])
+
+    # 1. Sticky: previous standbys, then members with the task's state on disk.
+    for g, k in wanted.items():
+        previous_owner = facts.previous_owner[g]
+        for p in range(groups[g].partitions):
+            task = (g, p)
+            active = owners[g][p]
+            chosen[task] = []
+            if task in warmups:
+                blocked[task] = warmups[task]
+            used_hosts[task] = {domains.host[active]} if active != -1 else set()
+            used_racks[task] = {domains.rack[active]} if active != -1 else set()
+            lags = facts.state_lag.get(task, {})
+            preferred = sorted(
+                facts.previous_standbys.get(task, ()), key=lambda m: (lags.get(m, 0), m)
+            )
+            if previous_owner[p] != -1:
+                preferred.append(previous_owner[p])
+            if task in warming:
+                preferred.append(warming[task])
+            preferred.extend(sorted(lags, key=lambda m: (lags[m], m)))
+            for m in preferred:
+                if len(chosen[task]) == k:
+                    break
+                if (
+                    m == active
+                    or m == blocked.get(task)
+                    or m in chosen[task]
+                    or m not in eligible[g]
+                    or tier(task, m) != best_tier(task)
+                    or not counts.can_take(m)
+                ):
+                    continue
+                accept(task, m)
+
+    # 2. Fill the gaps from the least loaded members.
+    heap = [(counts.key(m), m) for m in everyone if counts.can_take(m)]
+    heapq.heapify(heap)
+    for g, k in wanted.items():
+        for p in range(groups[g].partitions):
+            task = (g, p)
+            excluded = (owners[g][p], blocked.get(task, -1))
+            while len(chosen[task]) < k:
+                pick = _pop_best(
+                    heap, counts, task, excluded, eligible[g], chosen[task], tier, best_tier
+                )
+                if pick == -1:
+                    pick = _least_loaded_anyway(
+                        task, excluded, eligible[g], chosen[task], tier, counts
+                    )
+                if pick == -1:
+                    break
+                accept(task, pick)
+                if counts.can_take(pick):
+                    heapq.heappush(heap, (counts.key(pick), pick))
+
+    # 3. The sticky pass may have spent the leftover slots before a member
+    #    that cannot hold some task's standby (it is active or warming up for
+    #    it) got its share: hand such members standbys from those above floor.
+    _repair_balance(chosen, counts, owners, blocked, eligible, tier)
+    return {task: members for task, members in chosen.items() if members}
+
+
+def _repair_balance(
+    chosen: dict[Task, list[int]],
+    counts: _Counts,
+    owners: list[list[int]],
+    blocked: dict[Task, int],
+    eligible: dict[int, set[int]],
+    tier: TierOf,
+) -> None:
+    short = [m for m in counts.count if counts.count[m] < counts.floor[m]]
+    if not short:
+        return
+    held: dict[int, list[Task]] = {}
+    for task, members in chosen.items():
+        for m in members:
+            held.setdefault(m, []).append(task)
+    for taker in short:
+        for giver in sorted(held, key=lambda m: (-counts.count[m], m)):
+            if counts.count[taker] >= counts.floor[taker]:
+                break
+            for task in list(held[giver]):
+                if counts.count[giver] <= counts.floor[giver]:
+                    break
+                if counts.count[taker] >= counts.floor[taker]:
+                    break
+                g, p = task
+                if (
+                    taker == owners[g][p]
+                    or taker == blocked.get(task)
+                    or taker in chosen[task]
+                    or taker not in eligible[g]
+                    or tier(task, taker) > tier(task, giver)
+                ):
+                    continue
+                chosen[task][chosen[task].index(giver)] = taker
+                held[giver].remove(task)
+                held.setdefault(taker, []).append(task)
+                counts.count[giver] -= 1
+                counts.count[taker] += 1
+
+
+def _pop_best(
+    heap: list[tuple[float, int]],
+    counts: _Counts,
+    task: Task,
+    excluded: tuple[int, int],
+    eligible: set[int],
+    taken: list[int],
+    tier: TierOf,
+    best_tier: BestTier,
+) -> int:
+    """Least loaded member in the best domain tier, popping past the unfit ones."""
+    best = best_tier(task)
+    skipped: list[tuple[float, int]] = []
+    pick = -1
+    while heap:
+        key, m = heapq.heappop(heap)
+        if key != counts.key(m) or not counts.can_take(m):
+            continue  # stale entry, or full for good: counts only grow
+        if m in excluded or m in taken or m not in eligible or tier(task, m) != best:
+            skipped.append((key, m))
+            continue
+        pick = m
+        break
+    for entry in skipped:
+        heapq.heappush(heap, entry)
+    return pick
+
+
+def _least_loaded_anyway(
+    task: Task,
+    excluded: tuple[int, int],
+    eligible: set[int],
+    taken: list[int],
+    tier: TierOf,
+    counts: _Counts,
+) -> int:
+    """When domains or limits cannot all be met: best tier, then lowest load."""
+    options = [m for m in eligible if m not in excluded and m not in taken]
+    if not options:
+        return -1
+    return min(options, key=lambda m: (tier(task, m), counts.key(m), m))
