@@ -1,1 +1,6 @@
-"""streamapp: a Faust-style stream-processing framework whose assignment keeps state where it lives."""
+"""streamapp: Faust-style stream processing whose partition assignment keeps local state."""
+
+from streamapp.app import App
+from streamapp.settings import StreamappSettings
+
+__all__ = ["App", "StreamappSettings"]

@@ -1,5 +1,110 @@
-"""The `streamapp` command line."""
+"""The `streamapp` command line: worker, plan, kafka, demo."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from streamapp.kafka.broker import DEFAULT_PORT, BrokerError, LocalKafka, broker_status
+from streamapp.kafka.release import KAFKA_VERSION, KafkaJarsError, resolve_kafka_jars
+from streamapp.worker import add_worker_arguments, run_worker
 
 
-def main() -> None:
-    raise SystemExit("streamapp: not yet implemented")
+def _kafka(args: argparse.Namespace) -> int:
+    broker = LocalKafka(
+        port=args.port, data_dir=Path(args.dir) if args.dir else None, ready_timeout=args.timeout
+    )
+    try:
+        if args.action == "fetch":
+            print(resolve_kafka_jars())
+        elif args.action == "start":
+            print(
+                f"streamapp: starting Kafka {KAFKA_VERSION} (data in {broker.data_dir})",
+                file=sys.stderr,
+                flush=True,
+            )
+            print(broker.start())
+        elif args.action == "stop":
+            if broker.stop():
+                print(f"stopped the broker on {broker.bootstrap}")
+            else:
+                print(f"no broker started by streamapp runs on port {args.port}")
+        else:
+            state = broker_status(args.port)
+            if state is None:
+                print(f"not running: no broker started by streamapp on port {args.port}")
+                return 3
+            print(f"running: {state.bootstrap} (pid {state.pid}, data in {state.data_dir})")
+    except (BrokerError, KafkaJarsError) as exc:
+        print(f"streamapp kafka {args.action}: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _plan(args: argparse.Namespace) -> int:
+    from assignor.cli import main as plan_main
+
+    return int(plan_main(["plan", *args.plan_args]))
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from streamapp.demo import main as demo_main
+
+    return int(demo_main(args.demo_args))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="streamapp",
+        description="Stream processing on Kafka; partition assignment keeps state where it lives.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    worker = commands.add_parser("worker", help="run one worker process of a streamapp.App")
+    add_worker_arguments(worker)
+    worker.set_defaults(handler=run_worker)
+
+    kafka = commands.add_parser("kafka", help="a real local Kafka broker (KRaft, 127.0.0.1 only)")
+    kafka.add_argument(
+        "action",
+        choices=["start", "stop", "status", "fetch"],
+        help="start/stop/status the broker; fetch only resolves its jars",
+    )
+    kafka.add_argument(
+        "--port", type=int, default=DEFAULT_PORT, help="listener port (default 9092)"
+    )
+    kafka.add_argument("--dir", help="data and log directory (default: under ~/.cache/streamapp)")
+    kafka.add_argument(
+        "--timeout",
+        type=float,
+        default=90.0,
+        help="seconds to wait for the broker to answer (default 90)",
+    )
+    kafka.set_defaults(handler=_kafka)
+
+    plan = commands.add_parser(
+        "plan",
+        add_help=False,
+        help="compute an assignment for a scenario (python -m assignor plan)",
+    )
+    plan.add_argument("plan_args", nargs=argparse.REMAINDER)
+    plan.set_defaults(handler=_plan)
+
+    demo = commands.add_parser(
+        "demo", add_help=False, help="the ad-click join demo end to end on a local broker"
+    )
+    demo.add_argument("demo_args", nargs=argparse.REMAINDER)
+    demo.set_defaults(handler=_demo)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    handler = args.handler
+    return int(handler(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

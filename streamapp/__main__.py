@@ -1,0 +1,5 @@
+import sys
+
+from streamapp.cli import main
+
+sys.exit(main())

@@ -1,0 +1,44 @@
+"""`streamapp.App`: a faust.App with streamapp's defaults."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import faust
+
+from streamapp.settings import StreamappSettings
+
+
+class App(faust.App):
+    """A Faust app whose tables live in rocksdict stores and keep a standby replica.
+
+    Use it exactly as a `faust.App`. The extra keyword arguments are streamapp's own settings
+    (see `StreamappSettings`); a worker started with ``streamapp worker`` may override them.
+    """
+
+    streamapp_settings: StreamappSettings
+
+    def __init__(
+        self,
+        id: str,
+        *,
+        num_standby_replicas: int = 1,
+        acceptable_recovery_lag: int = 10_000,
+        max_warmup_replicas: int = 2,
+        probing_rebalance_interval_s: float = 30.0,
+        capacity: int = 1,
+        **options: Any,
+    ) -> None:
+        settings = StreamappSettings(
+            capacity=capacity,
+            num_standby_replicas=num_standby_replicas,
+            acceptable_recovery_lag=acceptable_recovery_lag,
+            max_warmup_replicas=max_warmup_replicas,
+            probing_rebalance_interval_s=probing_rebalance_interval_s,
+        ).with_env()
+        self.streamapp_settings = settings
+        options.setdefault("store", "rocksdb://")
+        options.setdefault("table_standby_replicas", settings.num_standby_replicas)
+        # Workers on one machine would all fight for port 6066; the worker command picks one.
+        options.setdefault("web_bind", "127.0.0.1")
+        super().__init__(id, **options)

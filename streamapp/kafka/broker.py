@@ -1,0 +1,310 @@
+"""Start, stop and inspect one local KRaft Kafka broker+controller bound to 127.0.0.1.
+
+The broker runs detached (its own session) so it outlives the command that started it; its pid
+and ports are recorded in ``<dir>/broker.json`` and in a per-port registry entry under the
+cache, which is how ``stop`` and ``status`` find it. Stopping signals that recorded pid only,
+after checking that the pid still belongs to a Kafka JVM started on that directory (pids get
+reused), never a process found by name.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from streamapp.kafka.probe import broker_answers_metadata, free_port, port_in_use
+from streamapp.kafka.release import KAFKA_VERSION, cache_root, resolve_kafka_jars
+
+HOST = "127.0.0.1"
+DEFAULT_PORT = 9092
+_HEAP = "-Xmx512m"
+_STATE_FILE = "broker.json"
+
+
+class BrokerError(RuntimeError):
+    """A local broker could not be started, found or stopped; the message says what to do."""
+
+
+@dataclass(frozen=True)
+class BrokerState:
+    pid: int
+    port: int
+    controller_port: int
+    data_dir: str
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{HOST}:{self.port}"
+
+
+def _registry_entry(port: int) -> Path:
+    return cache_root() / "brokers" / f"{port}.json"
+
+
+def default_data_dir(port: int) -> Path:
+    return cache_root() / "brokers" / f"broker-{port}"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie child (not yet reaped) still answers kill(0); treat it as gone.
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
+
+
+def _pid_is_our_broker(state: BrokerState) -> bool:
+    """The recorded pid still runs the Kafka JVM we started on this data dir."""
+    if not _pid_alive(state.pid):
+        return False
+    try:
+        cmdline = Path(f"/proc/{state.pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    config = str(Path(state.data_dir) / "server.properties").encode()
+    return b"kafka.Kafka" in cmdline and config in cmdline
+
+
+def _read_state(port: int) -> BrokerState | None:
+    entry = _registry_entry(port)
+    try:
+        raw = json.loads(entry.read_text())
+        return BrokerState(
+            pid=int(raw["pid"]),
+            port=int(raw["port"]),
+            controller_port=int(raw["controller_port"]),
+            data_dir=str(raw["data_dir"]),
+        )
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _write_state(state: BrokerState) -> None:
+    text = json.dumps(state.__dict__, indent=2) + "\n"
+    entry = _registry_entry(state.port)
+    entry.parent.mkdir(parents=True, exist_ok=True)
+    entry.write_text(text)
+    (Path(state.data_dir) / _STATE_FILE).write_text(text)
+
+
+def broker_status(port: int = DEFAULT_PORT) -> BrokerState | None:
+    """The broker streamapp started on this port, if it is still running."""
+    state = _read_state(port)
+    if state is not None and _pid_is_our_broker(state):
+        return state
+    return None
+
+
+def _server_properties(port: int, controller_port: int, data_dir: Path) -> str:
+    settings = {
+        "process.roles": "broker,controller",
+        "node.id": "1",
+        "controller.quorum.voters": f"1@{HOST}:{controller_port}",
+        "listeners": f"PLAINTEXT://{HOST}:{port},CONTROLLER://{HOST}:{controller_port}",
+        "advertised.listeners": f"PLAINTEXT://{HOST}:{port}",
+        "controller.listener.names": "CONTROLLER",
+        "inter.broker.listener.name": "PLAINTEXT",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "log.dirs": str(data_dir / "log"),
+        "num.partitions": "1",
+        "auto.create.topics.enable": "true",
+        # One node: every internal topic has one replica, and small ones start faster.
+        "offsets.topic.replication.factor": "1",
+        "offsets.topic.num.partitions": "8",
+        "transaction.state.log.replication.factor": "1",
+        "transaction.state.log.min.isr": "1",
+        "transaction.state.log.num.partitions": "4",
+        "share.coordinator.state.topic.replication.factor": "1",
+        # Tests and the demo rebalance a lot; waiting 3 s for more members helps nobody here.
+        "group.initial.rebalance.delay.ms": "0",
+        "num.network.threads": "2",
+        "num.io.threads": "2",
+        "background.threads": "2",
+        "log.cleaner.threads": "1",
+        "log.cleaner.dedupe.buffer.size": str(16 * 1024 * 1024),
+    }
+    return "".join(f"{key}={value}\n" for key, value in settings.items())
+
+
+def _log4j_properties(log_file: Path) -> str:
+    return (
+        "log4j.rootLogger=INFO, file\n"
+        "log4j.appender.file=org.apache.log4j.FileAppender\n"
+        f"log4j.appender.file.File={log_file}\n"
+        "log4j.appender.file.layout=org.apache.log4j.PatternLayout\n"
+        "log4j.appender.file.layout.ConversionPattern=[%d] %p %m (%c)%n\n"
+        "log4j.logger.kafka.request.logger=WARN\n"
+        "log4j.logger.org.apache.kafka.controller=INFO\n"
+    )
+
+
+def _java() -> str:
+    java_home = os.environ.get("JAVA_HOME")
+    if java_home and (Path(java_home) / "bin" / "java").exists():
+        return str(Path(java_home) / "bin" / "java")
+    java = shutil.which("java")
+    if java is None:
+        raise BrokerError(
+            "no `java` on PATH: install a JDK 17+ (e.g. `apt-get install openjdk-17-jdk-headless`)"
+        )
+    return java
+
+
+def _cluster_id() -> str:
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+class LocalKafka:
+    """One local broker+controller on ``port``, keeping its data and log under ``data_dir``."""
+
+    def __init__(
+        self,
+        port: int = DEFAULT_PORT,
+        data_dir: str | Path | None = None,
+        ready_timeout: float = 90.0,
+    ) -> None:
+        self.port = port
+        self.data_dir = Path(data_dir) if data_dir is not None else default_data_dir(port)
+        self.ready_timeout = ready_timeout
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{HOST}:{self.port}"
+
+    @property
+    def log_file(self) -> Path:
+        return self.data_dir / "broker.log"
+
+    def start(self) -> str:
+        """Start the broker (or find the one already running) and return its bootstrap address."""
+        running = broker_status(self.port)
+        if running is not None:
+            return running.bootstrap
+        if port_in_use(HOST, self.port):
+            raise BrokerError(
+                f"port {self.port} is taken by a process streamapp did not start: "
+                "stop it or choose another port with --port"
+            )
+        java = _java()
+        try:
+            jars = resolve_kafka_jars()
+        except RuntimeError as exc:
+            raise BrokerError(str(exc)) from exc
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        controller_port = free_port(HOST)
+        config = self.data_dir / "server.properties"
+        config.write_text(_server_properties(self.port, controller_port, self.data_dir))
+        log4j = self.data_dir / "log4j.properties"
+        log4j.write_text(_log4j_properties(self.log_file))
+        jvm = [
+            java,
+            _HEAP,
+            "-Xms128m",
+            "-XX:+UseG1GC",
+            "-XX:+ExitOnOutOfMemoryError",
+            "-XX:TieredStopAtLevel=1",  # C1 only: faster start, ample for a dev broker
+            "-Djava.awt.headless=true",
+            f"-Dlog4j.configuration=file:{log4j}",
+            f"-Dkafka.logs.dir={self.data_dir}",
+            "-cp",
+            f"{jars}/*",
+        ]
+        if not (self.data_dir / "log" / "meta.properties").exists():
+            self._format_storage(jvm, config)
+        console = (self.data_dir / "broker.out").open("ab")
+        process = subprocess.Popen(
+            [*jvm, "kafka.Kafka", str(config)],
+            stdin=subprocess.DEVNULL,
+            stdout=console,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # outlive the command that started it
+        )
+        console.close()
+        state = BrokerState(process.pid, self.port, controller_port, str(self.data_dir))
+        _write_state(state)
+        self._wait_ready(process)
+        return self.bootstrap
+
+    def _format_storage(self, jvm: list[str], config: Path) -> None:
+        result = subprocess.run(
+            [*jvm, "kafka.tools.StorageTool", "format", "-t", _cluster_id(), "-c", str(config)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if result.returncode != 0:
+            tail = (result.stdout + result.stderr).strip().splitlines()[-3:]
+            raise BrokerError(
+                f"formatting Kafka storage in {self.data_dir} failed: " + " | ".join(tail)
+            )
+
+    def _wait_ready(self, process: subprocess.Popen[bytes]) -> None:
+        deadline = time.monotonic() + self.ready_timeout
+        while time.monotonic() < deadline:
+            if process.poll() is not None:
+                raise BrokerError(
+                    f"Kafka exited with status {process.returncode} while starting: "
+                    f"see {self.log_file} and {self.data_dir / 'broker.out'}"
+                )
+            if broker_answers_metadata(HOST, self.port):
+                return
+            time.sleep(0.25)
+        self._terminate(process.pid)
+        raise BrokerError(
+            f"Kafka did not answer metadata on {self.bootstrap} within {self.ready_timeout:.0f} s: "
+            f"see {self.log_file}; a slow machine may need a longer --timeout"
+        )
+
+    def stop(self, timeout: float = 60.0) -> bool:
+        """Stop the broker started on this port; False when none of ours was running."""
+        state = broker_status(self.port)
+        if state is None:
+            _registry_entry(self.port).unlink(missing_ok=True)
+            return False
+        self._terminate(state.pid, timeout)
+        _registry_entry(self.port).unlink(missing_ok=True)
+        return True
+
+    @staticmethod
+    def _terminate(pid: int, timeout: float = 60.0) -> None:
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not _pid_alive(pid):
+                return
+            time.sleep(0.2)
+        # A controlled shutdown that hangs past the timeout is not worth waiting for in dev.
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            return
+        while _pid_alive(pid):
+            time.sleep(0.1)
+
+
+__all__ = [
+    "DEFAULT_PORT",
+    "KAFKA_VERSION",
+    "BrokerError",
+    "BrokerState",
+    "LocalKafka",
+    "broker_status",
+]

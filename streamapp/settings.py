@@ -1,0 +1,82 @@
+"""streamapp's own worker settings, beside Faust's `app.conf`.
+
+They reach a worker process through ``STREAMAPP_*`` environment variables, which the
+``streamapp worker`` command sets from its options before the user's app module is imported;
+values given to `streamapp.App(...)` in code are the defaults those variables override.
+Names follow Kafka Streams where it has one (``num.standby.replicas``,
+``acceptable.recovery.lag``, ``max.warmup.replicas``, ``probing.rebalance.interval.ms``).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+
+ENV_PREFIX = "STREAMAPP_"
+
+
+class SettingsError(ValueError):
+    """A streamapp setting has a value it cannot take."""
+
+
+@dataclass(frozen=True)
+class StreamappSettings:
+    client_id: str | None = None
+    host: str = socket.gethostname()
+    rack: str | None = None
+    capacity: int = 1
+    num_standby_replicas: int = 1
+    acceptable_recovery_lag: int = 10_000
+    max_warmup_replicas: int = 2
+    probing_rebalance_interval_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        if self.capacity < 1:
+            raise SettingsError(f"capacity must be at least 1, got {self.capacity}")
+        for name in ("num_standby_replicas", "acceptable_recovery_lag", "max_warmup_replicas"):
+            if getattr(self, name) < 0:
+                raise SettingsError(f"{name} must not be negative, got {getattr(self, name)}")
+        if self.probing_rebalance_interval_s <= 0:
+            raise SettingsError(
+                "probing_rebalance_interval_s must be positive, "
+                f"got {self.probing_rebalance_interval_s}"
+            )
+
+    def with_env(self, env: Mapping[str, str] | None = None) -> StreamappSettings:
+        """These settings with any ``STREAMAPP_<NAME>`` variables of ``env`` applied."""
+        env = os.environ if env is None else env
+        changes: dict[str, object] = {}
+        for name, convert in _CONVERTERS.items():
+            raw = env.get(ENV_PREFIX + name.upper())
+            if raw is None or raw == "":
+                continue
+            try:
+                changes[name] = convert(raw)
+            except ValueError:
+                raise SettingsError(
+                    f"{ENV_PREFIX}{name.upper()}={raw!r} is not a valid {convert.__name__}"
+                ) from None
+        return replace(self, **changes)  # type: ignore[arg-type]
+
+    def to_env(self) -> dict[str, str]:
+        """The environment variables that carry these settings into a worker process."""
+        env = {}
+        for name in _CONVERTERS:
+            value = getattr(self, name)
+            if value is not None:
+                env[ENV_PREFIX + name.upper()] = str(value)
+        return env
+
+
+_CONVERTERS = {
+    "client_id": str,
+    "host": str,
+    "rack": str,
+    "capacity": int,
+    "num_standby_replicas": int,
+    "acceptable_recovery_lag": int,
+    "max_warmup_replicas": int,
+    "probing_rebalance_interval_s": float,
+}

@@ -1,0 +1,97 @@
+"""The local broker is a real Kafka: a plain aiokafka client round-trips records through it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import uuid
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+from streamapp.kafka import LocalKafka, broker_status
+from streamapp.kafka.probe import broker_answers_metadata
+
+
+async def test_produce_consume_round_trip(kafka_bootstrap: str) -> None:
+    topic = f"round-trip-{uuid.uuid4().hex[:8]}"
+    admin = AIOKafkaAdminClient(bootstrap_servers=kafka_bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(topic, num_partitions=3, replication_factor=1)])
+    finally:
+        await admin.close()
+    producer = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap)
+    await producer.start()
+    try:
+        for i in range(30):
+            await producer.send_and_wait(topic, key=str(i % 3).encode(), value=f"v{i}".encode())
+    finally:
+        await producer.stop()
+    consumer = AIOKafkaConsumer(
+        topic,
+        bootstrap_servers=kafka_bootstrap,
+        auto_offset_reset="earliest",
+        group_id=f"g-{topic}",
+    )
+    await consumer.start()
+    try:
+        seen: list[bytes] = []
+        while len(seen) < 30:
+            batch = await consumer.getmany(timeout_ms=10_000)
+            assert batch, "no records within 10 s"
+            for records in batch.values():
+                seen.extend(r.value for r in records if r.value is not None)
+    finally:
+        await consumer.stop()
+    assert sorted(seen) == sorted(f"v{i}".encode() for i in range(30))
+
+
+def test_broker_binds_loopback_and_is_found_again(kafka_broker: LocalKafka) -> None:
+    state = broker_status(kafka_broker.port)
+    assert state is not None and state.bootstrap == kafka_broker.bootstrap
+    assert broker_answers_metadata("127.0.0.1", kafka_broker.port)
+    # A second start on the same port finds the running broker instead of starting another.
+    assert LocalKafka(port=kafka_broker.port, data_dir=kafka_broker.data_dir).start() == (
+        kafka_broker.bootstrap
+    )
+    assert broker_status(kafka_broker.port) == state
+    props = (kafka_broker.data_dir / "server.properties").read_text()
+    assert f"listeners=PLAINTEXT://127.0.0.1:{kafka_broker.port}," in props
+
+
+def test_cli_status_and_port_taken(kafka_broker: LocalKafka, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    status = subprocess.run(
+        [sys.executable, "-m", "streamapp", "kafka", "status", "--port", str(kafka_broker.port)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert status.returncode == 0, status.stderr
+    assert f"running: {kafka_broker.bootstrap}" in status.stdout
+    # The controller listener is ours but not a broker streamapp registered on that port.
+    import socket
+
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", 0))
+        squatter.listen()
+        port = squatter.getsockname()[1]
+        taken = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "streamapp",
+                "kafka",
+                "start",
+                "--port",
+                str(port),
+                "--dir",
+                str(tmp_path / "k"),
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+    assert taken.returncode == 1
+    lines = taken.stderr.strip().splitlines()
+    assert lines[-1].startswith("streamapp kafka start: port ") and "taken" in lines[-1]
