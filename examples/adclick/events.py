@@ -91,7 +91,10 @@ def plan_traffic(cfg: TrafficConfig) -> tuple[list[PlannedRecord], Truth]:
     def emit(arrival: float, topic: str, key: str, value: bytes) -> None:
         records.append(PlannedRecord(int(arrival), topic, key.encode(), value))
 
-    while len(records) < cfg.events:
+    # Generate past the point where ``events`` records have arrived, by the longest a
+    # click can trail its impression, so the kept prefix has the steady mix of the rate.
+    horizon_ms = 1000.0 * cfg.events / cfg.rate + cfg.window_ms + cfg.grace_ms
+    while len(records) < cfg.events or auction * auction_gap_ms < horizon_ms:
         start = auction * auction_gap_ms
         auction_id = f"a{cfg.seed}-{auction:08d}"
         imp = Impression(

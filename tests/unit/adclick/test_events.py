@@ -51,8 +51,8 @@ def test_disorder_stays_within_grace() -> None:
 
 
 def test_late_fraction_is_honoured() -> None:
-    _, none_late = plan_traffic(TrafficConfig(events=5_000, late_fraction=0.0))
-    _, many_late = plan_traffic(TrafficConfig(events=5_000, late_fraction=0.5))
+    _, none_late = plan_traffic(TrafficConfig(events=20_000, late_fraction=0.0))
+    _, many_late = plan_traffic(TrafficConfig(events=20_000, late_fraction=0.5))
     assert none_late.late_clicks == 0
     assert many_late.late_clicks > many_late.in_window_clicks * 0.5
 

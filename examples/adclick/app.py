@@ -1,0 +1,311 @@
+"""The ad-click join as a `streamapp.App`: run it with
+
+    streamapp worker -A examples.adclick.app:app --broker 127.0.0.1:9092 --web-port 6066
+
+Impressions and clicks (co-partitioned by auction id) are joined per partition
+through two changelog-backed tables; attributed clicks go to the output topic
+and, repartitioned by campaign, into a per-campaign aggregate table. What to do
+with each record is decided in `examples.adclick.join`; this module only reads
+and writes tables and topics. Settings come from ``ADCLICK_*`` variables (see
+`examples.adclick.topology`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import json
+import logging
+import sys
+from typing import Any
+
+from mode import BaseSignalT
+
+from examples.adclick import join
+from examples.adclick.kafka_io import create_topics, partition_counts
+from examples.adclick.model import DecodeError, decode_attribution, decode_click, decode_impression
+from examples.adclick.model import encode as encode_record
+from examples.adclick.topology import CopartitionError, Topology, check_copartitioned
+from streamapp import App
+
+log = logging.getLogger(__name__)
+
+topology = Topology.from_env()
+window = join.JoinWindow(size_ms=topology.window_ms, grace_ms=topology.grace_ms)
+buckets = join.ExpiryBuckets(width_ms=topology.expiry_bucket_ms)
+
+app = App(
+    topology.app_id,
+    topic_partitions=topology.partitions,
+    processing_guarantee=topology.processing_guarantee,
+    # Table keys and values (auction ids, JSON states, counts) on their changelogs.
+    key_serializer="json",
+    value_serializer="json",
+)
+
+_raw: dict[str, Any] = {
+    "key_type": bytes,
+    "value_type": bytes,
+    "key_serializer": "raw",
+    "value_serializer": "raw",
+}
+sources = app.topic(topology.impressions, topology.clicks, partitions=topology.partitions, **_raw)
+attributed_topic = app.topic(topology.attributed, partitions=topology.partitions, **_raw)
+dead_letter_topic = app.topic(topology.dead_letters, partitions=1, **_raw)
+campaign_sources = app.topic(
+    topology.campaign_impressions,
+    topology.campaign_clicks,
+    partitions=topology.campaign_partitions,
+    **_raw,
+)
+campaign_impressions_topic = app.topic(
+    topology.campaign_impressions, partitions=topology.campaign_partitions, **_raw
+)
+campaign_clicks_topic = app.topic(
+    topology.campaign_clicks, partitions=topology.campaign_partitions, **_raw
+)
+
+# auction id -> ImpressionState JSON; plus this partition's expiry index entries.
+impressions = app.Table("impressions", partitions=topology.partitions)
+# auction id -> clicks that came before their impression; plus its expiry index.
+pending_clicks = app.Table("pending-clicks", partitions=topology.partitions)
+# "<outcome>/p<partition>" -> count of clicks (or records) with that outcome.
+counters = app.Table("counters", partitions=topology.partitions, default=int)
+# campaign -> {"impressions", "clicks", "spend_micros"}
+campaign_stats = app.Table("campaign-stats", partitions=topology.campaign_partitions)
+
+# The index keys share the tables with auction ids; model.RESERVED_KEY_PREFIX keeps them apart.
+NEXT_BUCKET = "~expiry/next"
+
+
+def _bucket_key(bucket: int) -> str:
+    return f"~expiry/{bucket}"
+
+
+# Stream time per partition and side. Kept in memory: after a restart it starts
+# over, which only postpones expiry (matching never depends on it).
+_clocks: dict[int, join.PartitionClocks] = {}
+
+
+def _count(name: str, partition: int, n: int = 1) -> None:
+    if n:
+        counters[f"{name}/p{partition}"] += n
+
+
+def _index(table: Any, auction_id: str, expires_after_ms: int) -> None:
+    bucket = buckets.bucket_of(expires_after_ms)
+    key = _bucket_key(bucket)
+    table[key] = [*(table.get(key) or []), auction_id]
+    first = table.get(NEXT_BUCKET)
+    if first is None or bucket < first:
+        table[NEXT_BUCKET] = bucket
+
+
+def _due(table: Any, clock_ms: int) -> list[str]:
+    """Auction ids listed in every bucket the clock has passed; those buckets are dropped."""
+    due = buckets.due(table.get(NEXT_BUCKET), clock_ms)
+    ids: list[str] = []
+    for bucket in due:
+        key = _bucket_key(bucket)
+        listed = table.get(key)
+        if listed is not None:
+            ids.extend(listed)
+            del table[key]
+    if due:
+        table[NEXT_BUCKET] = due.stop
+    return ids
+
+
+def _expire(partition: int, clocks: join.PartitionClocks) -> None:
+    for auction_id in _due(impressions, clocks.clicks_ms):
+        stored = impressions.get(auction_id)
+        if stored is None:
+            continue
+        state = join.ImpressionState.from_json(stored)
+        if join.impression_expired(window, state, clocks.clicks_ms):
+            del impressions[auction_id]
+    for auction_id in _due(pending_clicks, clocks.impressions_ms):
+        stored = pending_clicks.get(auction_id)
+        if stored is None:
+            continue
+        keep, gone = join.expire_pending(
+            window, join.pending_from_json(stored), clocks.impressions_ms
+        )
+        _count(join.Outcome.UNMATCHED.value, partition, len(gone))
+        if keep:
+            pending_clicks[auction_id] = join.pending_to_json(keep)
+        else:
+            del pending_clicks[auction_id]
+
+
+async def _emit(attribution: Any) -> None:
+    key = attribution.auction_id.encode()
+    value = encode_record(attribution)
+    await attributed_topic.send(key=key, value=value)
+    await campaign_clicks_topic.send(key=attribution.campaign.encode(), value=value)
+
+
+async def _dead_letter(message: Any, error: Exception) -> None:
+    # The original bytes, untouched, with where they came from and why they were refused.
+    headers = [
+        ("source-topic", message.topic.encode()),
+        ("source-partition", str(message.partition).encode()),
+        ("source-offset", str(message.offset).encode()),
+        ("error", str(error).encode()[:500]),
+    ]
+    await dead_letter_topic.send(key=message.key, value=message.value, headers=headers)
+    _count("dead_letter", message.partition)
+    log.warning(
+        "adclick: undecodable record %s[%d]@%d sent to %s: %s",
+        message.topic,
+        message.partition,
+        message.offset,
+        topology.dead_letters,
+        error,
+    )
+
+
+async def _on_impression(partition: int, impression: Any) -> None:
+    clocks = _clocks.setdefault(partition, join.PartitionClocks())
+    clocks.saw_impression(impression)
+    stored = impressions.get(impression.auction_id)
+    state = join.ImpressionState.from_json(stored) if stored is not None else None
+    pending = join.pending_from_json(pending_clicks.get(impression.auction_id))
+    decision = join.on_impression(window, state, pending, impression)
+    if decision.duplicate:
+        _count(join.Outcome.DUPLICATE_IMPRESSION.value, partition)
+    else:
+        impressions[impression.auction_id] = decision.impression_state.to_json()
+        _index(impressions, impression.auction_id, window.impression_expires_after(impression))
+        if pending:
+            del pending_clicks[impression.auction_id]
+        for _click, outcome in decision.resolved:
+            if outcome is not join.Outcome.JOINED:
+                _count(outcome.value, partition)
+        for attribution in decision.attributions:
+            await _emit(attribution)
+        await campaign_impressions_topic.send(
+            key=impression.campaign.encode(), value=encode_record(impression)
+        )
+    _expire(partition, clocks)
+
+
+async def _on_click(partition: int, click: Any) -> None:
+    clocks = _clocks.setdefault(partition, join.PartitionClocks())
+    clocks.saw_click(click)
+    stored = impressions.get(click.auction_id)
+    state = join.ImpressionState.from_json(stored) if stored is not None else None
+    pending = join.pending_from_json(pending_clicks.get(click.auction_id)) if state is None else ()
+    decision = join.on_click(window, state, pending, click)
+    if decision.impression_state is not None:
+        impressions[click.auction_id] = decision.impression_state.to_json()
+    if decision.pending is not None:
+        pending_clicks[click.auction_id] = join.pending_to_json(decision.pending)
+        _index(pending_clicks, click.auction_id, window.pending_click_expires_after(click))
+    if decision.attribution is not None:
+        await _emit(decision.attribution)
+    elif decision.outcome is not join.Outcome.PENDING:
+        _count(decision.outcome.value, partition)
+    _expire(partition, clocks)
+
+
+@app.agent(sources)
+async def join_impressions_and_clicks(stream: Any) -> None:
+    async for event in stream.events():
+        message = event.message
+        try:
+            if message.topic == topology.impressions:
+                record: Any = decode_impression(message.value)
+            else:
+                record = decode_click(message.value)
+        except DecodeError as exc:
+            await _dead_letter(message, exc)
+            continue
+        if message.topic == topology.impressions:
+            await _on_impression(message.partition, record)
+        else:
+            await _on_click(message.partition, record)
+
+
+@app.agent(campaign_sources)
+async def aggregate_by_campaign(stream: Any) -> None:
+    async for event in stream.events():
+        message = event.message
+        campaign = message.key.decode() if message.key else "?"
+        stats = dict(campaign_stats.get(campaign) or {})
+        if message.topic == topology.campaign_impressions:
+            stats["impressions"] = stats.get("impressions", 0) + 1
+        else:
+            try:
+                attribution = decode_attribution(message.value)
+            except DecodeError as exc:
+                await _dead_letter(message, exc)
+                continue
+            stats["clicks"] = stats.get("clicks", 0) + 1
+            stats["spend_micros"] = stats.get("spend_micros", 0) + attribution.cost_micros
+        campaign_stats[campaign] = stats
+
+
+def campaign_view(stats: dict[str, dict[str, int]]) -> dict[str, dict[str, float]]:
+    """Per campaign: impressions, clicks, spend and click-through rate."""
+    out: dict[str, dict[str, float]] = {}
+    for campaign, s in sorted(stats.items()):
+        imps, clicks = s.get("impressions", 0), s.get("clicks", 0)
+        out[campaign] = {
+            "impressions": imps,
+            "clicks": clicks,
+            "spend": s.get("spend_micros", 0) / 1e6,
+            "ctr": clicks / imps if imps else 0.0,
+        }
+    return out
+
+
+@app.page("/adclick/campaigns/")
+async def get_campaigns(web: Any, request: Any) -> Any:
+    # This worker's active campaign partitions only.
+    return web.json(campaign_view({str(k): dict(v) for k, v in campaign_stats.items()}))
+
+
+@app.page("/adclick/counters/")
+async def get_counters(web: Any, request: Any) -> Any:
+    return web.json({str(k): int(v) for k, v in counters.items()})
+
+
+def _bootstrap() -> str:
+    return ",".join(f"{url.host}:{url.port or 9092}" for url in app.conf.broker)
+
+
+async def _prepare_topics(bootstrap: str) -> None:
+    # Topics this app writes are created with the counts the join needs; source topics
+    # that exist already are taken as they are and checked together with the changelogs
+    # of the tables that are partitioned like them.
+    await create_topics(bootstrap, topology.topic_partitions())
+    groups = topology.joined_groups
+    groups[0] += [topology.changelog(t) for t in ("impressions", "pending-clicks", "counters")]
+    groups[1] += [topology.changelog("campaign-stats")]
+    existing = await partition_counts(bootstrap, {t for g in groups for t in g})
+    # Faust creates the changelogs later, with the tables' counts.
+    declared = {t: topology.partitions for t in groups[0][2:]}
+    declared[topology.changelog("campaign-stats")] = topology.campaign_partitions
+    check_copartitioned(groups, {**declared, **existing})
+
+
+@app.on_worker_init.connect
+def check_topics(sender: Any, /, *args: Any, signal: BaseSignalT[Any], **kwargs: Any) -> None:
+    """Refuse to start on topics that cannot be joined partition by partition.
+
+    Runs before the worker subscribes: subscribing to a missing topic would have the
+    broker auto-create it with its default count. The check runs on its own event
+    loop in a helper thread, leaving the worker's loop untouched.
+    """
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        try:
+            pool.submit(asyncio.run, _prepare_topics(_bootstrap())).result()
+        except CopartitionError as exc:
+            print(f"adclick: cannot start: {exc}", file=sys.stderr, flush=True)
+            raise SystemExit(2) from exc
+
+
+def table_json(raw: bytes) -> Any:
+    """Decode a value as the tables store it (for readers of the changelog topics)."""
+    return json.loads(raw)
