@@ -9,8 +9,11 @@ Each assignor is an *instance* (aiokafka's own assignors keep their state on
 the class, so two consumers in one process would share what they owned). A
 member's JoinGroup metadata carries what it was last assigned and the
 generation of that assignment (`strategies.userdata`); the leader turns all
-members' metadata into a scenario, calls `assignor.plan(scenario,
-strategy=...)`, and sends each member its share plus the next generation
+members' metadata into a scenario, validates it with the plan's own scenario
+model (`assignor.parse_scenario`: stale claims dropped, conflicting claims
+resolved by generation), runs the strategy's core (what `assignor.plan(scenario,
+strategy=...)` runs, minus building the full result object, which the leader
+does not need), and sends each member its share plus the next generation
 (the highest any member reported, plus one: KIP-315's epoch). A member whose
 user data cannot be read is logged once with the cause and treated as fresh.
 
@@ -55,8 +58,8 @@ from aiokafka.coordinator.protocol import (
     ConsumerProtocolMemberMetadata,
 )
 
-import assignor
-from assignor.strategies import REGISTRY
+from assignor.model import parse_scenario
+from assignor.strategies import CORES, Outcome, problem_from_scenario
 from assignor.strategies.userdata import (
     AssignmentData,
     SubscriptionData,
@@ -86,7 +89,7 @@ PROTOCOL_PREFIX = "streamapp-"
 
 # aiokafka ships no type information, so its base class is `Any` to mypy.
 class StrategyAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
-    """An aiokafka assignor running one `assignor.plan` strategy."""
+    """An aiokafka assignor running one classic `assignor.plan` strategy."""
 
     version = 0
     strategy = "sticky"
@@ -94,14 +97,14 @@ class StrategyAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
     def __init__(self, strategy: str | None = None) -> None:
         if strategy is not None:
             self.strategy = strategy
-        if self.strategy not in REGISTRY:
-            known = ", ".join(sorted(REGISTRY))
+        if self.strategy not in CORES:
+            known = ", ".join(sorted(CORES))
             raise ValueError(f"unknown strategy {self.strategy!r}; known: {known}")
         self._owned: dict[str, list[int]] = {}
         self._generation = -1
         self._rejoin: Callable[[], None] | None = None
-        #: the last plan this instance computed as leader (for tests and logs)
-        self.last_plan: dict[str, Any] | None = None
+        #: the last decision this instance made as leader (for tests and logs)
+        self.last_outcome: Outcome | None = None
         #: the last assignment user data this member received
         self.last_assignment: AssignmentData = AssignmentData()
 
@@ -165,15 +168,15 @@ class StrategyAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
                 "so that no partition is withheld"
             )
             strategy = "sticky"
-        plan = assignor.plan(scenario, strategy=strategy)
-        self.last_plan = plan
+        outcome = CORES[strategy](problem_from_scenario(parse_scenario(scenario)))
+        self.last_outcome = outcome
         user_data = encode_assignment(
-            AssignmentData(generation=generation, followup=bool(plan["followup_rebalance"]))
+            AssignmentData(generation=generation, followup=outcome.followup_rebalance)
         )
         return {
             member_id: ConsumerProtocolMemberAssignment(
                 self.version,
-                sorted(plan["members"][member_id]["active"].items()),
+                sorted(outcome.assignment.get(member_id, {}).items()),
                 user_data,
             )
             for member_id in members

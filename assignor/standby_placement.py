@@ -27,10 +27,18 @@ from assignor.facts import Task, TaskFacts
 from assignor.grouper import Group
 from assignor.model import Scenario
 
-__all__ = ["place_standbys"]
+__all__ = ["StandbyPlacement", "place_standbys"]
 
 TierOf = Callable[[Task, int], int]
 BestTier = Callable[[Task], int]
+
+
+@dataclass
+class StandbyPlacement:
+    #: task -> members holding a standby of it
+    standbys: dict[Task, list[int]]
+    #: tasks whose warmup target holds a standby instead
+    warmups_as_standby: set[Task]
 
 
 @dataclass
@@ -79,12 +87,14 @@ def place_standbys(
     facts: TaskFacts,
     warming: dict[Task, int],
     warmups: dict[Task, int],
-) -> dict[Task, list[int]]:
+) -> StandbyPlacement:
     """Standby members per stateful task (see module docs).
 
     ``warming``: task -> member its active is held back for; that member is
     preferred as a standby, since a standby replays like a warmup, unless
-    ``warmups`` already gives it a warmup replica of the task (one copy each).
+    ``warmups`` already gives it a warmup replica of the task (one copy each),
+    unless it is the only member left to hold a wanted standby: then the
+    warmup becomes that standby (`StandbyPlacement.warmups_as_standby`).
     """
     wanted = {
         g.index: min(scenario.num_standbys, len(g.eligible) - 1)
@@ -93,7 +103,7 @@ def place_standbys(
     }
     wanted = {g: k for g, k in wanted.items() if k > 0}
     if not wanted:
-        return {}
+        return StandbyPlacement(standbys={}, warmups_as_standby=set())
     index_of = facts.index_of
     eligible = {g: {index_of[m] for m in groups[g].eligible} for g in wanted}
     everyone = sorted(set().union(*eligible.values()))
@@ -106,6 +116,7 @@ def place_standbys(
     chosen: dict[Task, list[int]] = {}
     #: task -> member that may not hold a standby of it (it gets a warmup)
     blocked: dict[Task, int] = {}
+    converted: set[Task] = set()
     used_hosts: dict[Task, set[object]] = {}
     used_racks: dict[Task, set[object]] = {}
 
@@ -176,6 +187,11 @@ def place_standbys(
                     pick = _least_loaded_anyway(
                         task, excluded, eligible[g], chosen[task], tier, counts
                     )
+                if pick == -1 and task in blocked and blocked[task] not in chosen[task]:
+                    # The member warming up is the only replica left: it holds
+                    # the standby instead, which replays just the same.
+                    pick = blocked.pop(task)
+                    converted.add(task)
                 if pick == -1:
                     break
                 accept(task, pick)
@@ -186,7 +202,8 @@ def place_standbys(
     #    that cannot hold some task's standby (it is active or warming up for
     #    it) got its share: hand such members standbys from those above floor.
     _repair_balance(chosen, counts, owners, blocked, eligible, tier)
-    return {task: members for task, members in chosen.items() if members}
+    placed = {task: members for task, members in chosen.items() if members}
+    return StandbyPlacement(standbys=placed, warmups_as_standby=converted)
 
 
 def _repair_balance(

@@ -87,7 +87,10 @@ def assign_stateful(scenario: Scenario, grouping: Grouping) -> dict[str, Any]:
     quotas = active_quotas(groups, facts)
     actives = place_actives(groups, quotas, facts)
     warmups = _warmups(scenario, actives.withheld)
-    standbys = place_standbys(scenario, groups, actives.owner, facts, actives.withheld, warmups)
+    replicas = place_standbys(scenario, groups, actives.owner, facts, actives.withheld, warmups)
+    standbys = replicas.standbys
+    for task in replicas.warmups_as_standby:
+        del warmups[task]
 
     names = facts.members
     active: _Placement = {m: {} for m in names}

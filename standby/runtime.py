@@ -62,23 +62,30 @@ class ReplicaRuntime:
 
     # -- fed by the partition assignor (consumer thread) and Faust's signals (main loop) --
 
-    def on_assignment(self, share: MemberAssignment, local_next: Mapping[TP, int]) -> None:
-        now = self.clock()
+    def on_assignment(self, share: MemberAssignment) -> None:
+        """This worker's share of a new plan (from streamapp's partition assignor)."""
         self.share = share
-        active_changelogs = {
-            tp for tp in _tps(share.active) if tp.topic in self.app.tables.changelog_topics
-        }
-        self._start_next = {tp: local_next.get(tp, 0) for tp in active_changelogs}
-        self.meter.on_assigned(now, self._start_next)
         self.followup.on_assignment(
-            now,
+            self.clock(),
             followup=share.followup_rebalance,
             own_warmups=sum(len(ps) for ps in share.warmup.values()),
             group_warmups=share.warmups_in_group,
         )
         self.replica_lag = {}
-        self._active_progress.reset()
         self._replica_progress.reset()
+
+    def on_assigned(self, *args: Any, **kwargs: Any) -> None:
+        """Faust has applied an assignment: recovery starts from each active's local state.
+
+        Faust's recovery has just read every active changelog partition's persisted offset and
+        not fetched anything yet; that is where its replay starts, whichever assignor decided.
+        """
+        recovery = self.app.tables.recovery
+        self._start_next = {
+            tp: _next(recovery.active_offsets.get(tp)) or 0 for tp in recovery.active_tps
+        }
+        self.meter.on_assigned(self.clock(), self._start_next)
+        self._active_progress.reset()
 
     def on_revoked(self, *args: Any, **kwargs: Any) -> None:
         self.meter.on_revoked(self.clock())

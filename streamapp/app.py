@@ -5,7 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import faust
+from faust.types import TransportT
 
+from streamapp import assignment_wiring
 from streamapp.settings import StreamappSettings
 
 
@@ -41,4 +43,10 @@ class App(faust.App):
         options.setdefault("table_standby_replicas", settings.num_standby_replicas)
         # Workers on one machine would all fight for port 6066; the worker command picks one.
         options.setdefault("web_bind", "127.0.0.1")
+        options.setdefault("PartitionAssignor", assignment_wiring.PARTITION_ASSIGNOR)
         super().__init__(id, **options)
+        assignment_wiring.install(self)
+
+    def _new_transport(self) -> TransportT:
+        # Faust's, except that the consumer runs our assignor even without tables or standbys.
+        return assignment_wiring.new_transport(self)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from faust.types import TransportT
+
 from standby.runtime import ReplicaRuntime
 from streamapp.web import register_views
 
@@ -14,7 +16,7 @@ PARTITION_ASSIGNOR = "streamapp.partition_assignor:StreamappPartitionAssignor"
 TICK_S = 1.0
 
 
-def new_transport(app: Any) -> Any:
+def new_transport(app: Any) -> TransportT:
     """The app's consumer transport: Faust's aiokafka one that always uses our assignor."""
     from streamapp.transport import Transport
 
@@ -31,6 +33,7 @@ def install(app: Any) -> None:
     )
     app.streamapp_runtime = runtime
     app.on_partitions_revoked.connect(runtime.on_revoked)
+    app.on_partitions_assigned.connect(runtime.on_assigned)
     app.on_rebalance_complete.connect(runtime.on_resumed)
     register_views(app)
 

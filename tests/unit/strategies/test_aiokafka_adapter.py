@@ -132,10 +132,10 @@ def test_cooperative_withholds_moving_partitions_and_asks_for_one_followup() -> 
     members["c3"] = CooperativeStickyAssignor()
     second = rebalance(cluster, members, topics)
     leader = members["c1"]
-    assert leader.last_plan is not None
+    assert leader.last_outcome is not None
     revoking = {
         m: flat({t: set(ps) for t, ps in r.items()})
-        for m, r in leader.last_plan["revoking"].items()
+        for m, r in leader.last_outcome.revoking.items()
     }
     assert sorted(len(r) for r in revoking.values()) == [1, 1]
     assert second["c3"] == {}
@@ -149,7 +149,7 @@ def test_cooperative_withholds_moving_partitions_and_asks_for_one_followup() -> 
     for member_id in ("c1", "c2"):
         assert flat(third[member_id]) == flat(second[member_id])
     assert sorted(followups) == ["c1", "c2"]  # settled: no further request
-    assert leader.last_plan is not None and leader.last_plan["followup_rebalance"] is False
+    assert leader.last_outcome is not None and leader.last_outcome.followup_rebalance is False
 
 
 def test_cooperative_without_any_bound_member_withholds_nothing(
