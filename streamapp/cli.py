@@ -100,7 +100,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# Commands whose own parser owns every argument, `--help` included.
+_PASSTHROUGH = {"plan": _plan, "demo": _demo}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in _PASSTHROUGH:
+        rest = argparse.Namespace(plan_args=argv[1:], demo_args=argv[1:])
+        return _PASSTHROUGH[argv[0]](rest)
     args = build_parser().parse_args(argv)
     handler = args.handler
     return int(handler(args))
