@@ -20,7 +20,8 @@ def new_transport(app: Any) -> TransportT:
     """The app's consumer transport: Faust's aiokafka one that always uses our assignor."""
     from streamapp.transport import Transport
 
-    return Transport(app.conf.broker_consumer[0], app, loop=app.loop)
+    # As faust.App._new_transport does it: every consumer broker URL, no loop (resolved lazily).
+    return Transport(app.conf.broker_consumer, app)
 
 
 def install(app: Any) -> None:

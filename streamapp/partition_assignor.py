@@ -1,0 +1,248 @@
+"""The Faust adapter: streamapp's state-aware assignment behind Faust's `PartitionAssignor` API.
+
+It gathers facts and applies decisions, and decides nothing itself:
+
+- ``metadata()``: this worker's identity, what it held, and the changelog offsets of every local
+  store on disk (`tables.inventory.LocalStateInventory`), encoded by `assignor.metadata_codec`.
+- ``assign()`` (group leader): every member decoded into a plan.md scenario
+  (`streamapp.group_scenario`), `assignor.plan` called, each member's share encoded.
+- ``on_assignment()``: actives and replicas handed to Faust (recovery replays only the tail past
+  the local offset; standbys *and* warmups are Faust standbys), replica tracking to `standby`.
+
+Everything Faust's router and table recovery read (``assigned_actives``, ``key_store``,
+``tables_metadata``, ``external_*``...) is filled in from the share, through Faust's own
+attributes, so the inherited methods keep working.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from aiokafka.cluster import ClusterMetadata
+from aiokafka.coordinator.protocol import (
+    ConsumerProtocolMemberAssignment,
+    ConsumerProtocolMemberMetadata,
+)
+from faust.assignor import PartitionAssignor
+from faust.assignor.client_assignment import ClientAssignment
+
+import assignor
+from assignor.metadata_codec import (
+    MemberAssignment,
+    MemberMetadata,
+    MetadataError,
+    StockFaustMetadataError,
+    decode_assignment,
+    decode_metadata,
+    encode_assignment,
+    encode_metadata,
+)
+from standby.runtime import ReplicaRuntime
+from streamapp.group_scenario import (
+    GroupSettings,
+    MemberFacts,
+    build_scenario,
+    kafka_partitions,
+    next_generation,
+    shares_from_result,
+)
+from streamapp.settings import StreamappSettings
+from tables.identity import load_or_create_client_id
+from tables.inventory import LocalStateInventory
+
+logger = logging.getLogger(__name__)
+
+#: The group protocol name. Distinct from stock Faust's ("faust"), so the broker never lets a
+#: stock worker's assignor decide for streamapp members, or the other way round.
+PROTOCOL_NAME = "streamapp"
+
+STOCK_FAUST_REFUSED = (
+    "member {member} runs stock Faust's PartitionAssignor and was given no partitions: "
+    "run it with `streamapp worker -A MODULE:APP` (a streamapp.App), or give it another app id"
+)
+
+
+class StreamappPartitionAssignor(PartitionAssignor):
+    """Set as ``streamapp.App``'s ``PartitionAssignor``."""
+
+    #: The `assignor.plan` strategy the leader runs.
+    strategy = "stateful"
+
+    def __init__(self, app: Any, replicas: int = 0) -> None:
+        super().__init__(app, replicas=replicas)
+        self._share = MemberAssignment(generation=-1)
+        self._warned: set[str] = set()
+
+    @property
+    def name(self) -> str:
+        return PROTOCOL_NAME
+
+    # -- facts about this worker --
+
+    @property
+    def settings(self) -> StreamappSettings:
+        settings: StreamappSettings | None = getattr(self.app, "streamapp_settings", None)
+        return settings if settings is not None else StreamappSettings()
+
+    @property
+    def client_id(self) -> str:
+        settings = self.settings
+        if settings.client_id is None:
+            # Not started by `streamapp worker`: still keep an identity in the data dir.
+            client_id = load_or_create_client_id(Path(self.app.conf.datadir))
+            self.app.streamapp_settings = replace(  # type: ignore[attr-defined]
+                settings, client_id=client_id
+            )
+            return client_id
+        return settings.client_id
+
+    @property
+    def runtime(self) -> ReplicaRuntime | None:
+        runtime: ReplicaRuntime | None = getattr(self.app, "streamapp_runtime", None)
+        return runtime
+
+    def inventory(self) -> LocalStateInventory:
+        changelogs = {
+            table.name: table.changelog_topic.get_topic_name()
+            for table in self.app.tables.values()
+            if not table.is_global
+        }
+        return LocalStateInventory(Path(self.app.conf.tabledir), changelogs)
+
+    def metadata(self, topics: set[str]) -> ConsumerProtocolMemberMetadata:
+        offsets = self.inventory().offsets()
+        settings = self.settings
+        own = MemberMetadata(
+            client_id=self.client_id,
+            url=str(self._url),
+            host=settings.host,
+            rack=settings.rack,
+            capacity=settings.capacity,
+            generation=self._share.generation,
+            owned_active=self._share.active,
+            owned_standby=self._share.standby,
+            offsets=offsets,
+        )
+        return ConsumerProtocolMemberMetadata(self.version, sorted(topics), encode_metadata(own))
+
+    # -- the leader --
+
+    def _perform_assignment(
+        self,
+        cluster: ClusterMetadata,
+        member_metadata: Mapping[str, ConsumerProtocolMemberMetadata],
+    ) -> dict[str, ConsumerProtocolMemberAssignment]:
+        facts: dict[str, MemberFacts] = {}
+        urls: dict[str, str] = {}
+        refused: list[str] = []
+        for member_id, protocol_metadata in member_metadata.items():
+            subscription = list(protocol_metadata.subscription)
+            try:
+                decoded: MemberMetadata | None = decode_metadata(protocol_metadata.user_data)
+            except StockFaustMetadataError:
+                self._warn_once(member_id, STOCK_FAUST_REFUSED.format(member=member_id))
+                refused.append(member_id)
+                continue
+            except MetadataError as exc:
+                self._warn_once(
+                    member_id,
+                    f"member {member_id}: unreadable metadata ({exc}); "
+                    "treated as a fresh member with no local state",
+                )
+                decoded = None
+            facts[member_id] = MemberFacts(subscription, decoded)
+            urls[member_id] = decoded.url if decoded else f"unknown://{member_id}"
+
+        subscribed = {t for f in facts.values() for t in f.subscription}
+        topics = {}
+        for topic in sorted(subscribed):
+            count = len(cluster.partitions_for_topic(topic) or ())
+            if count:
+                topics[topic] = count
+            else:
+                logger.warning("streamapp: topic %r has no partitions (yet); left out", topic)
+        settings = self.settings
+        scenario = build_scenario(
+            topics=topics,
+            changelog_topics=self.app.tables.changelog_topics,
+            members=facts,
+            settings=GroupSettings(
+                num_standbys=settings.num_standby_replicas,
+                acceptable_recovery_lag=settings.acceptable_recovery_lag,
+                max_warmup_replicas=settings.max_warmup_replicas,
+            ),
+        )
+        result = assignor.plan(scenario, strategy=self.strategy)
+        shares = shares_from_result(result, generation=next_generation(facts.values()), urls=urls)
+        logger.info(
+            "streamapp: planned generation %s for %d member(s): %s",
+            next(iter(shares.values())).generation if shares else "-",
+            len(shares),
+            result.get("stats", {}),
+        )
+        out = {
+            member_id: ConsumerProtocolMemberAssignment(
+                self.version, kafka_partitions(share), encode_assignment(share)
+            )
+            for member_id, share in shares.items()
+        }
+        for member_id in refused:
+            out[member_id] = ConsumerProtocolMemberAssignment(
+                self.version, [], encode_assignment(MemberAssignment(generation=-1))
+            )
+        return out
+
+    def _warn_once(self, member_id: str, message: str) -> None:
+        if member_id not in self._warned:
+            self._warned.add(member_id)
+            logger.warning("streamapp: %s", message)
+
+    # -- every member --
+
+    def on_assignment(self, assignment: ConsumerProtocolMemberAssignment) -> None:
+        try:
+            share = decode_assignment(assignment.user_data)
+        except MetadataError as exc:
+            raise MetadataError(
+                f"the group leader sent an assignment streamapp cannot read ({exc}): "
+                "every worker of this app must be a streamapp worker of the same version"
+            ) from None
+        changelogs = self.app.tables.changelog_topics
+        replicas: dict[str, list[int]] = {}
+        for part in (share.standby, share.warmup):
+            for topic, partitions in part.items():
+                replicas[topic] = sorted({*replicas.get(topic, []), *partitions})
+        self._share = share
+        self._assignment = ClientAssignment(
+            actives={t: list(ps) for t, ps in share.active.items()}, standbys=replicas
+        )
+        self._active_tps = self._assignment.active_tps
+        self._standby_tps = self._assignment.standby_tps
+        self._topic_groups = dict(share.topic_groups)
+        self.changelog_distribution = {
+            url: {t: list(ps) for t, ps in tps.items() if t in changelogs}
+            for url, tps in share.actives_by_url.items()
+        }
+        self.external_topic_distribution = {
+            url: {t: list(ps) for t, ps in tps.items() if t not in changelogs}
+            for url, tps in share.actives_by_url.items()
+        }
+        given = sorted((t, sorted(ps)) for t, ps in assignment.assignment)
+        if given != kafka_partitions(share):
+            logger.error(
+                "streamapp: Kafka assignment %s differs from the plan's share %s",
+                given,
+                kafka_partitions(share),
+            )
+        runtime = self.runtime
+        if runtime is not None:
+            runtime.on_assignment(share)
+
+    @property
+    def share(self) -> MemberAssignment:
+        """This worker's share of the current plan."""
+        return self._share

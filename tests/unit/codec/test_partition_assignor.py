@@ -1,0 +1,155 @@
+"""The Faust adapter on a real faust App and real rocksdict stores, without a broker.
+
+The leader's ``assign()`` gets its partition counts from aiokafka's ``ClusterMetadata``; here a
+small stand-in answers ``partitions_for_topic`` (what the adapter asks). What Kafka does with
+the result is the integration tests' business (tests/integration/test_worker_rebalance.py).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import faust
+import pytest
+import rocksdict
+from aiokafka.coordinator.protocol import (
+    ConsumerProtocolMemberAssignment,
+    ConsumerProtocolMemberMetadata,
+)
+from faust.assignor import PartitionAssignor
+from faust.types import TP
+
+from assignor.metadata_codec import (
+    MemberMetadata,
+    decode_assignment,
+    decode_metadata,
+    encode_metadata,
+)
+from streamapp.partition_assignor import PROTOCOL_NAME, StreamappPartitionAssignor
+from streamapp.settings import StreamappSettings
+from tables.inventory import OFFSET_KEY
+
+CHANGELOG = "sa-test-counts-changelog"
+
+
+class Cluster:
+    def __init__(self, counts: dict[str, int]) -> None:
+        self.counts = counts
+
+    def partitions_for_topic(self, topic: str) -> set[int] | None:
+        n = self.counts.get(topic)
+        return set(range(n)) if n else None
+
+
+@pytest.fixture
+def app(tmp_path: Path) -> faust.App:
+    app = faust.App(
+        "sa-test",
+        store="rocksdb://",
+        datadir=str(tmp_path),
+        PartitionAssignor=StreamappPartitionAssignor,
+        web_port=6123,
+    )
+    app.Table("counts", default=int, partitions=4)
+    app.streamapp_settings = StreamappSettings(client_id="w1", host="h1", rack="r1", capacity=2)  # type: ignore[attr-defined]
+    return app
+
+
+def _assignor(app: faust.App) -> StreamappPartitionAssignor:
+    assert isinstance(app.assignor, StreamappPartitionAssignor)
+    return app.assignor
+
+
+def _store(app: faust.App, partition: int, offset: int) -> None:
+    path = Path(app.conf.tabledir) / f"counts-{partition}.db"
+    db = rocksdict.Rdict(str(path), options=rocksdict.Options(raw_mode=True))
+    db.put(OFFSET_KEY, str(offset).encode())
+    db.close()
+
+
+def _metadata(user_data: bytes, topics: list[str]) -> ConsumerProtocolMemberMetadata:
+    return ConsumerProtocolMemberMetadata(4, topics, user_data)
+
+
+def test_metadata_reports_identity_and_every_local_store(app: faust.App) -> None:
+    _store(app, 1, 99)
+    _store(app, 3, 0)
+    assignor = _assignor(app)
+    assert assignor.name == PROTOCOL_NAME
+    meta = assignor.metadata({"words", CHANGELOG})
+    assert sorted(meta.subscription) == sorted(["words", CHANGELOG])
+    decoded = decode_metadata(meta.user_data)
+    assert decoded.client_id == "w1"
+    assert (decoded.host, decoded.rack, decoded.capacity) == ("h1", "r1", 2)
+    assert decoded.offsets == {CHANGELOG: {1: 100, 3: 1}}
+    assert decoded.url == str(app.conf.canonical_url)
+
+
+def test_leader_plans_and_members_apply_even_with_bad_metadata(
+    app: faust.App, caplog: pytest.LogCaptureFixture
+) -> None:
+    assignor = _assignor(app)
+    assignor.strategy = "sticky"  # strategy-agnostic: any plan() strategy will do here
+    topics = ["words", CHANGELOG]
+    good = encode_metadata(MemberMetadata(client_id="w2", url="http://w2:1"))
+    members = {
+        "m-self": assignor.metadata(set(topics)),
+        "m-good": _metadata(good, topics),
+        "m-garbage": _metadata(b"\x00garbage", topics),
+        "m-truncated": _metadata(good[:-3], topics),
+    }
+    with caplog.at_level(logging.WARNING):
+        out = assignor.assign(Cluster({"words": 4, CHANGELOG: 4}), members)
+        assignor.assign(Cluster({"words": 4, CHANGELOG: 4}), members)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert sum("m-garbage" in w for w in warnings) == 1  # one warning per member, not per round
+    assert sum("m-truncated" in w and "fresh member" in w for w in warnings) == 1
+    owned: dict[str, set[int]] = {}
+    for assignment in out.values():
+        share = decode_assignment(assignment.user_data)
+        for topic, parts in share.active.items():
+            assert not owned.setdefault(topic, set()) & set(parts)
+            owned[topic] |= set(parts)
+        assert share.generation == 1
+    assert owned == {"words": {0, 1, 2, 3}, CHANGELOG: {0, 1, 2, 3}}
+
+    mine = out["m-self"]
+    assignor.on_assignment(mine)
+    share = decode_assignment(mine.user_data)
+    expected = {TP(t, p) for t, ps in share.active.items() for p in ps}
+    assert assignor.assigned_actives() == expected
+    assert assignor.is_active(next(iter(expected)))
+    url = str(app.conf.canonical_url)
+    assert assignor.tables_metadata()[url] == {
+        t: ps for t, ps in share.active.items() if t == CHANGELOG
+    }
+    assert assignor.external_topics_metadata()[url] == {
+        t: ps for t, ps in share.active.items() if t == "words"
+    }
+    again = decode_metadata(assignor.metadata(set(topics)).user_data)
+    assert again.generation == 1 and again.owned_active == share.active
+
+
+def test_stock_faust_member_is_refused_with_what_to_do(
+    app: faust.App, caplog: pytest.LogCaptureFixture
+) -> None:
+    assignor = _assignor(app)
+    assignor.strategy = "sticky"
+    stock_assignor = faust.App("sa-test", store="rocksdb://").assignor
+    assert isinstance(stock_assignor, PartitionAssignor)
+    stock = stock_assignor.metadata({"words"})
+    with caplog.at_level(logging.WARNING):
+        out = assignor.assign(
+            Cluster({"words": 2}),
+            {
+                "m-self": assignor.metadata({"words"}),
+                "m-stock": _metadata(stock.user_data, ["words"]),
+            },
+        )
+    assert isinstance(out["m-stock"], ConsumerProtocolMemberAssignment)
+    assert out["m-stock"].assignment == []
+    assert any(
+        "streamapp worker" in r.getMessage() and "m-stock" in r.getMessage() for r in caplog.records
+    )
+    assert decode_assignment(out["m-self"].user_data).active == {"words": [0, 1]}
