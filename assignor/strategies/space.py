@@ -91,13 +91,3 @@ def resolve_claims(problem: Problem, space: PartitionSpace) -> dict[str, list[in
         kept.sort()
         claims[member_id] = kept
     return claims
-
-
-def count_stale_claims(problem: Problem) -> int:
-    """Claimed partitions of topics gone, unsubscribed, or beyond the current count."""
-    stale = 0
-    for member in problem.members.values():
-        for topic, parts in member.owned.items():
-            count = problem.topics.get(topic, 0) if topic in member.subscription else 0
-            stale += sum(1 for p in parts if not 0 <= p < count)
-    return stale

@@ -13,7 +13,7 @@ from __future__ import annotations
 from assignor.strategies.constrained import constrained_assign
 from assignor.strategies.general import general_assign
 from assignor.strategies.problem import Outcome, Problem, TopicPartitions
-from assignor.strategies.space import PartitionSpace, count_stale_claims, resolve_claims
+from assignor.strategies.space import PartitionSpace, resolve_claims
 
 
 def sticky_target(
@@ -50,10 +50,7 @@ def assign_sticky(problem: Problem) -> Outcome:
     moved = _moved(claims, target)
     return Outcome(
         assignment={m: space.decode(target.get(m, ())) for m in sorted(problem.members)},
-        stats={
-            "moved_active": sum(len(lost) for lost in moved.values()),
-            "stale_claims": count_stale_claims(problem),
-        },
+        stats={"moved_active": sum(len(lost) for lost in moved.values())},
     )
 
 
@@ -76,8 +73,5 @@ def assign_cooperative_sticky(problem: Problem) -> Outcome:
         assignment=assignment,
         revoking={m: space.decode(lost) for m, lost in sorted(moved.items())},
         followup_rebalance=bool(withheld),
-        stats={
-            "moved_active": len(withheld),
-            "stale_claims": count_stale_claims(problem),
-        },
+        stats={"moved_active": len(withheld)},
     )
