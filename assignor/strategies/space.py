@@ -50,10 +50,14 @@ class PartitionSpace:
         ids: list[int] = []
         for topic, parts in owned.items():
             t = self.index.get(topic)
-            if t is None:
+            if t is None or not parts:
                 continue
             count = self.counts[t]
-            ids.extend(p * width + t for p in parts if 0 <= p < count)
+            # The usual case (nothing stale) skips the per-partition range test.
+            if min(parts) >= 0 and max(parts) < count:
+                ids.extend([p * width + t for p in parts])
+            else:
+                ids.extend([p * width + t for p in parts if 0 <= p < count])
         return ids
 
     def decode(self, ids: Iterable[int]) -> TopicPartitions:
@@ -78,16 +82,17 @@ def resolve_claims(problem: Problem, space: PartitionSpace) -> dict[str, list[in
     generations fall to the smaller member id so the answer stays deterministic.
     """
     order = sorted(problem.members, key=lambda m: (-problem.members[m].generation, m))
-    taken = bytearray(space.size)
+    claimed: set[int] = set()
     claims: dict[str, list[int]] = {}
     for member_id in order:
         member = problem.members[member_id]
         owned = {t: ps for t, ps in member.owned.items() if t in member.subscription}
-        kept: list[int] = []
-        for pid in space.encode(owned):
-            if not taken[pid]:
-                taken[pid] = 1
-                kept.append(pid)
-        kept.sort()
-        claims[member_id] = kept
+        mine = space.encode(owned)
+        # Conflicts are rare (the scenario model already resolved them), so
+        # test the whole claim at once and filter only when needed.
+        if not claimed.isdisjoint(mine):
+            mine = [pid for pid in mine if pid not in claimed]
+        mine = sorted(set(mine))
+        claimed.update(mine)
+        claims[member_id] = mine
     return claims
