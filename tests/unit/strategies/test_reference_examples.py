@@ -235,3 +235,19 @@ def test_every_reference_scenario_gets_a_valid_result(name: str, strategy: str) 
     everything = {(t, p) for t, n in scenario["topics"].items() for p in range(n)}
     assert seen == everything
     assert plan(scenario, strategy=strategy) == result
+
+
+@pytest.mark.parametrize("strategy", ["sticky", "cooperative-sticky"])
+def test_kip54_conflicting_claims_go_to_the_higher_generation(strategy: str) -> None:
+    # Z missed a rebalance: it still reports 0 and 1 from generation 4, which
+    # A has owned since generation 5.
+    scenario = {
+        "topics": {"t": 4},
+        "members": {
+            "A": {"subscription": ["t"], "generation": 5, "owned_active": {"t": [0, 1]}},
+            "Z": {"subscription": ["t"], "generation": 4, "owned_active": {"t": [0, 1, 2, 3]}},
+        },
+    }
+    result = plan(scenario, strategy=strategy)
+    assert _active(result) == {"A": {"t": [0, 1]}, "Z": {"t": [2, 3]}}
+    assert result["revoking"] == {} and result["followup_rebalance"] is False
