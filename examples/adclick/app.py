@@ -41,6 +41,9 @@ app = App(
     # Table keys and values (auction ids, JSON states, counts) on their changelogs.
     key_serializer="json",
     value_serializer="json",
+    # A crashed worker's partitions move after 10 s instead of Faust's default 60 s.
+    broker_session_timeout=10.0,
+    broker_heartbeat_interval=2.0,
 )
 
 _raw: dict[str, Any] = {
@@ -174,6 +177,9 @@ async def _on_impression(partition: int, impression: Any) -> None:
     decision = join.on_impression(window, state, pending, impression)
     if decision.duplicate:
         _count(join.Outcome.DUPLICATE_IMPRESSION.value, partition)
+        # A replay: attributions made the first time go out again (see join.ImpressionState).
+        for attribution in decision.attributions:
+            await _emit(attribution)
     else:
         impressions[impression.auction_id] = decision.impression_state.to_json()
         _index(impressions, impression.auction_id, window.impression_expires_after(impression))
@@ -204,7 +210,7 @@ async def _on_click(partition: int, click: Any) -> None:
         _index(pending_clicks, click.auction_id, window.pending_click_expires_after(click))
     if decision.attribution is not None:
         await _emit(decision.attribution)
-    elif decision.outcome is not join.Outcome.PENDING:
+    if decision.outcome not in (join.Outcome.JOINED, join.Outcome.PENDING):
         _count(decision.outcome.value, partition)
     _expire(partition, clocks)
 

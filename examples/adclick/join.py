@@ -24,7 +24,7 @@ backlog may be read far ahead of the other's).
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from examples.adclick.model import Attribution, Click, Impression
@@ -70,9 +70,16 @@ class ImpressionState:
     """What the impressions table keeps per auction."""
 
     impression: Impression
-    # Click ids already decided against this impression, so a click delivered
-    # twice is neither attributed twice nor counted twice.
-    decided_clicks: tuple[str, ...] = ()
+    # Clicks already decided against this impression (id -> event time). A click
+    # seen again is a replay (at-least-once processing after a crash, when the
+    # table's changelog got further than the committed input offsets): its
+    # attribution is emitted again rather than suppressed, because the first
+    # emission may never have reached the output topic. Duplicates are visible
+    # downstream and deduplicated by click id; a lost attribution would not be.
+    decided_clicks: tuple[tuple[str, int], ...] = ()
+
+    def decided(self, click_id: str) -> bool:
+        return any(cid == click_id for cid, _t in self.decided_clicks)
 
     def to_json(self) -> dict[str, Any]:
         imp = self.impression
@@ -81,7 +88,7 @@ class ImpressionState:
             "campaign": imp.campaign,
             "cost_micros": imp.cost_micros,
             "event_time_ms": imp.event_time_ms,
-            "decided_clicks": list(self.decided_clicks),
+            "decided_clicks": [[cid, t] for cid, t in self.decided_clicks],
         }
 
     @classmethod
@@ -93,7 +100,7 @@ class ImpressionState:
                 cost_micros=int(obj["cost_micros"]),
                 event_time_ms=int(obj["event_time_ms"]),
             ),
-            decided_clicks=tuple(obj.get("decided_clicks", ())),
+            decided_clicks=tuple((str(c), int(t)) for c, t in obj.get("decided_clicks", ())),
         )
 
 
@@ -142,11 +149,13 @@ def on_click(
         if any(p.click_id == click.click_id for p in pending):
             return ClickDecision(Outcome.DUPLICATE_CLICK)
         return ClickDecision(Outcome.PENDING, pending=(*pending, click))
-    if click.click_id in state.decided_clicks:
-        return ClickDecision(Outcome.DUPLICATE_CLICK)
     outcome = window.classify(state.impression.event_time_ms, click.event_time_ms)
-    decided = replace(state, decided_clicks=(*state.decided_clicks, click.click_id))
     attribution = Attribution.of(state.impression, click) if outcome is Outcome.JOINED else None
+    if state.decided(click.click_id):
+        return ClickDecision(Outcome.DUPLICATE_CLICK, attribution=attribution)
+    decided = replace(
+        state, decided_clicks=(*state.decided_clicks, (click.click_id, click.event_time_ms))
+    )
     return ClickDecision(outcome, attribution=attribution, impression_state=decided)
 
 
@@ -157,16 +166,23 @@ def on_impression(
     impression: Impression,
 ) -> ImpressionDecision:
     if state is not None:
-        # Clicks never stay pending next to a stored impression, so there is
-        # nothing to resolve; the first impression of an auction wins.
-        return ImpressionDecision(state, duplicate=True)
-    decided: list[str] = []
+        # A replay or a second impression of the auction: the first one stays. Clicks never
+        # stay pending next to a stored impression, so nothing new is resolved; the
+        # attributions already made are emitted again (see ImpressionState).
+        first = state.impression
+        again = tuple(
+            Attribution.of(first, Click(cid, first.auction_id, t))
+            for cid, t in state.decided_clicks
+            if window.classify(first.event_time_ms, t) is Outcome.JOINED
+        )
+        return ImpressionDecision(state, attributions=again, duplicate=True)
+    decided: list[tuple[str, int]] = []
     attributions: list[Attribution] = []
     resolved: list[tuple[Click, Outcome]] = []
     for click in pending:
-        if click.click_id in decided:
+        if any(cid == click.click_id for cid, _t in decided):
             continue
-        decided.append(click.click_id)
+        decided.append((click.click_id, click.event_time_ms))
         outcome = window.classify(impression.event_time_ms, click.event_time_ms)
         resolved.append((click, outcome))
         if outcome is Outcome.JOINED:
@@ -232,11 +248,3 @@ class ExpiryBuckets:
         last_due = clock_ms // self.width_ms - 1
         stop = min(last_due + 1, next_bucket + self.max_per_sweep)
         return range(next_bucket, max(next_bucket, stop))
-
-
-@dataclass
-class OutcomeCounts:
-    counts: dict[str, int] = field(default_factory=dict)
-
-    def add(self, outcome: Outcome, n: int = 1) -> None:
-        self.counts[outcome.value] = self.counts.get(outcome.value, 0) + n
