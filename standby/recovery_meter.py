@@ -38,10 +38,13 @@ class RecoveryMeter:
         if self._revoked_at is None:
             self._revoked_at = now
 
-    def on_resumed(self, now: float, applied_next: Mapping[Any, int]) -> None:
-        """Actives are caught up and processing; ``applied_next``: where each one got to."""
+    def on_resumed(self, now: float, applied_next: Mapping[Any, int]) -> bool:
+        """Actives are caught up and processing; ``applied_next``: where each one got to.
+
+        False when there was no new assignment to account for.
+        """
         if not self._waiting:
-            return
+            return False
         replayed = {
             tp: max(0, applied_next.get(tp, start) - start) for tp, start in self._start.items()
         }
@@ -52,15 +55,19 @@ class RecoveryMeter:
             self.last_seconds_to_resume = round(now - self._revoked_at, 3)
         self._revoked_at = None
         self._waiting = False
+        return True
+
+    def last_rebalance_json(self) -> dict[str, Any]:
+        return {
+            "records_replayed": self.last_records_replayed,
+            "seconds_to_resume": self.last_seconds_to_resume,
+            "by_partition": _by_topic(self.last_replayed_by_partition),
+        }
 
     def as_json(self) -> dict[str, Any]:
         return {
             "records_replayed_total": self.records_replayed_total,
-            "last_rebalance": {
-                "records_replayed": self.last_records_replayed,
-                "seconds_to_resume": self.last_seconds_to_resume,
-                "by_partition": _by_topic(self.last_replayed_by_partition),
-            },
+            "last_rebalance": self.last_rebalance_json(),
         }
 
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections import deque
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from faust.types import TP
@@ -26,11 +27,20 @@ logger = logging.getLogger(__name__)
 
 #: How often restore progress is logged while a worker is restoring.
 PROGRESS_INTERVAL_S = 5.0
+#: Rebalances kept for the introspection view.
+HISTORY_LENGTH = 20
 
 
 def _next(offset: int | None) -> int | None:
     """Faust keeps the last applied offset (-1 for none); the next offset is one past it."""
     return None if offset is None else max(0, offset + 1)
+
+
+def _by_topic(tps: Iterable[TP]) -> dict[str, list[int]]:
+    out: dict[str, list[int]] = {}
+    for tp in sorted(tps):
+        out.setdefault(tp.topic, []).append(tp.partition)
+    return out
 
 
 def _tps(tps: Mapping[str, Sequence[int]]) -> set[TP]:
@@ -59,6 +69,8 @@ class ReplicaRuntime:
         self._replica_progress = ProgressMeter()
         self._last_progress_at = 0.0
         self._start_next: dict[TP, int] = {}
+        #: The last rebalances this worker went through: what it held, what recovery cost.
+        self.history: deque[dict[str, Any]] = deque(maxlen=HISTORY_LENGTH)
 
     # -- fed by the partition assignor (consumer thread) and Faust's signals (main loop) --
 
@@ -97,12 +109,21 @@ class ReplicaRuntime:
             for tp, off in recovery.active_offsets.items()
             if (nxt := _next(off)) is not None
         }
-        self.meter.on_resumed(self.clock(), applied)
-        replayed = self.meter.last_records_replayed
+        if not self.meter.on_resumed(self.clock(), applied):
+            return
         logger.info(
             "streamapp: processing resumed after %.2f s, %s changelog records replayed",
             self.meter.last_seconds_to_resume or 0.0,
-            replayed,
+            self.meter.last_records_replayed,
+        )
+        share = self.share
+        self.history.append(
+            {
+                "plan_generation": share.generation if share else None,
+                "active": _by_topic(self.app.assignor.assigned_actives()),
+                "warmup": dict(share.warmup) if share else {},
+                **self.meter.last_rebalance_json(),
+            }
         )
 
     # -- the tick (main loop) --

@@ -32,6 +32,7 @@ def assignment_view(app: Any) -> dict[str, Any]:
         "plan_generation": share.generation if share else None,
         "followup_pending": runtime.followup.pending,
         "replica_lag": lag,
+        "history": list(runtime.history),
     }
 
 
