@@ -53,6 +53,7 @@ from streamapp.group_scenario import (
 from streamapp.settings import StreamappSettings
 from tables.identity import load_or_create_client_id
 from tables.inventory import LocalStateInventory
+from tables.ownership import Ownership, load_ownership, save_ownership
 
 logger = logging.getLogger(__name__)
 
@@ -74,7 +75,13 @@ class StreamappPartitionAssignor(PartitionAssignor):
 
     def __init__(self, app: Any, replicas: int = 0) -> None:
         super().__init__(app, replicas=replicas)
-        self._share = MemberAssignment(generation=-1)
+        # After a restart, what this worker held before it stopped (generation and all).
+        kept = load_ownership(self.data_dir)
+        self._share = (
+            MemberAssignment(generation=kept.generation, active=kept.active, standby=kept.standby)
+            if kept
+            else MemberAssignment(generation=-1)
+        )
         self._warned: set[str] = set()
 
     @property
@@ -93,12 +100,16 @@ class StreamappPartitionAssignor(PartitionAssignor):
         settings = self.settings
         if settings.client_id is None:
             # Not started by `streamapp worker`: still keep an identity in the data dir.
-            client_id = load_or_create_client_id(Path(self.app.conf.datadir))
+            client_id = load_or_create_client_id(self.data_dir)
             self.app.streamapp_settings = replace(  # type: ignore[attr-defined]
                 settings, client_id=client_id
             )
             return client_id
         return settings.client_id
+
+    @property
+    def data_dir(self) -> Path:
+        return Path(self.app.conf.datadir)
 
     @property
     def runtime(self) -> ReplicaRuntime | None:
@@ -238,6 +249,10 @@ class StreamappPartitionAssignor(PartitionAssignor):
                 given,
                 kafka_partitions(share),
             )
+        save_ownership(
+            self.data_dir,
+            Ownership(generation=share.generation, active=share.active, standby=share.standby),
+        )
         runtime = self.runtime
         if runtime is not None:
             runtime.on_assignment(share)

@@ -130,6 +130,11 @@ def test_leader_plans_and_members_apply_even_with_bad_metadata(
     again = decode_metadata(assignor.metadata(set(topics)).user_data)
     assert again.generation == 1 and again.owned_active == share.active
 
+    # A restart (a new assignor on the same data dir) reports what was held, generation and all.
+    restarted = StreamappPartitionAssignor(app)
+    kept = decode_metadata(restarted.metadata(set(topics)).user_data)
+    assert (kept.generation, kept.owned_active) == (1, share.active)
+
 
 def test_stock_faust_member_is_refused_with_what_to_do(
     app: faust.App, caplog: pytest.LogCaptureFixture

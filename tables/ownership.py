@@ -1,0 +1,72 @@
+"""What this worker held in its last assignment, kept in its data directory across restarts.
+
+A restarted worker joins under a new member id; without this it could only report its local
+offsets, which say *that* it has state for a task, not that it was running it. With it, the
+worker reports its old claims with their old generation: the plan treats them as stale where
+someone newer holds the task, and as the best hint of where each task belongs otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+OWNERSHIP_FILE = "streamapp-ownership.json"
+
+
+@dataclass(frozen=True)
+class Ownership:
+    generation: int
+    active: Mapping[str, Sequence[int]] = field(default_factory=dict)
+    standby: Mapping[str, Sequence[int]] = field(default_factory=dict)
+
+
+def save_ownership(data_dir: str | Path, ownership: Ownership) -> None:
+    path = Path(data_dir) / OWNERSHIP_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    payload = {
+        "generation": ownership.generation,
+        "active": {t: sorted(ps) for t, ps in ownership.active.items()},
+        "standby": {t: sorted(ps) for t, ps in ownership.standby.items()},
+    }
+    # Write-then-rename: a crash mid-write must leave the previous record, not half of one.
+    scratch = path.with_suffix(".tmp")
+    scratch.write_text(json.dumps(payload, sort_keys=True))
+    os.replace(scratch, path)
+
+
+def load_ownership(data_dir: str | Path) -> Ownership | None:
+    """The last ownership saved in ``data_dir``; None if there is none or it is unreadable."""
+    path = Path(data_dir) / OWNERSHIP_FILE
+    try:
+        payload = json.loads(path.read_text())
+        return Ownership(
+            generation=int(payload["generation"]),
+            active=_claims(payload["active"]),
+            standby=_claims(payload["standby"]),
+        )
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        # Losing the hint only costs stickiness; the local state itself is untouched.
+        logger.warning("%s is unreadable, ignored: %s", path, exc)
+        return None
+
+
+def _claims(value: object) -> dict[str, list[int]]:
+    if not isinstance(value, dict):
+        raise TypeError("claims are not an object")
+    out: dict[str, list[int]] = {}
+    for topic, partitions in value.items():
+        if not isinstance(partitions, list) or not all(
+            isinstance(p, int) and p >= 0 for p in partitions
+        ):
+            raise TypeError(f"claims of {topic!r} are not partition numbers")
+        out[str(topic)] = sorted(partitions)
+    return out
