@@ -141,11 +141,36 @@ def _expire(partition: int, clocks: join.PartitionClocks) -> None:
             del pending_clicks[auction_id]
 
 
-async def _emit(attribution: Any) -> None:
+async def _send(
+    source: Any,
+    topic: Any,
+    key: bytes | None,
+    value: bytes | None,
+    headers: list[tuple[str, bytes]] | None = None,
+) -> None:
+    """Send within the transaction of the record being processed (with exactly_once).
+
+    Faust picks a send's transaction by the *destination* partition, which only works
+    for outputs partitioned like the input (changelogs). An output repartitioned by
+    another key (campaign) or with another partition count (dead letters) belongs,
+    as in Kafka Streams, to the transaction of the input task that produced it.
+    """
+    if not app.in_transaction:
+        await topic.send(key=key, value=value, headers=headers)
+        return
+    group = app.assignor.group_for_topic(source.topic)
+    transactional_id = f"{app.conf.id}-{group}-{source.partition}"
+    producer = app.consumer.transactions.producer
+    await producer.send(
+        topic.get_topic_name(), key, value, None, None, headers, transactional_id=transactional_id
+    )
+
+
+async def _emit(source: Any, attribution: Any) -> None:
     key = attribution.auction_id.encode()
     value = encode_record(attribution)
-    await attributed_topic.send(key=key, value=value)
-    await campaign_clicks_topic.send(key=attribution.campaign.encode(), value=value)
+    await _send(source, attributed_topic, key, value)
+    await _send(source, campaign_clicks_topic, attribution.campaign.encode(), value)
 
 
 async def _dead_letter(message: Any, error: Exception) -> None:
@@ -156,7 +181,7 @@ async def _dead_letter(message: Any, error: Exception) -> None:
         ("source-offset", str(message.offset).encode()),
         ("error", str(error).encode()[:500]),
     ]
-    await dead_letter_topic.send(key=message.key, value=message.value, headers=headers)
+    await _send(message, dead_letter_topic, message.key, message.value, headers)
     _count("dead_letter", message.partition)
     log.warning(
         "adclick: undecodable record %s[%d]@%d sent to %s: %s",
@@ -168,7 +193,8 @@ async def _dead_letter(message: Any, error: Exception) -> None:
     )
 
 
-async def _on_impression(partition: int, impression: Any) -> None:
+async def _on_impression(source: Any, impression: Any) -> None:
+    partition = source.partition
     clocks = _clocks.setdefault(partition, join.PartitionClocks())
     clocks.saw_impression(impression)
     stored = impressions.get(impression.auction_id)
@@ -179,7 +205,7 @@ async def _on_impression(partition: int, impression: Any) -> None:
         _count(join.Outcome.DUPLICATE_IMPRESSION.value, partition)
         # A replay: attributions made the first time go out again (see join.ImpressionState).
         for attribution in decision.attributions:
-            await _emit(attribution)
+            await _emit(source, attribution)
     else:
         impressions[impression.auction_id] = decision.impression_state.to_json()
         _index(impressions, impression.auction_id, window.impression_expires_after(impression))
@@ -189,14 +215,18 @@ async def _on_impression(partition: int, impression: Any) -> None:
             if outcome is not join.Outcome.JOINED:
                 _count(outcome.value, partition)
         for attribution in decision.attributions:
-            await _emit(attribution)
-        await campaign_impressions_topic.send(
-            key=impression.campaign.encode(), value=encode_record(impression)
+            await _emit(source, attribution)
+        await _send(
+            source,
+            campaign_impressions_topic,
+            impression.campaign.encode(),
+            encode_record(impression),
         )
     _expire(partition, clocks)
 
 
-async def _on_click(partition: int, click: Any) -> None:
+async def _on_click(source: Any, click: Any) -> None:
+    partition = source.partition
     clocks = _clocks.setdefault(partition, join.PartitionClocks())
     clocks.saw_click(click)
     stored = impressions.get(click.auction_id)
@@ -209,7 +239,7 @@ async def _on_click(partition: int, click: Any) -> None:
         pending_clicks[click.auction_id] = join.pending_to_json(decision.pending)
         _index(pending_clicks, click.auction_id, window.pending_click_expires_after(click))
     if decision.attribution is not None:
-        await _emit(decision.attribution)
+        await _emit(source, decision.attribution)
     if decision.outcome not in (join.Outcome.JOINED, join.Outcome.PENDING):
         _count(decision.outcome.value, partition)
     _expire(partition, clocks)
@@ -228,9 +258,9 @@ async def join_impressions_and_clicks(stream: Any) -> None:
             await _dead_letter(message, exc)
             continue
         if message.topic == topology.impressions:
-            await _on_impression(message.partition, record)
+            await _on_impression(message, record)
         else:
-            await _on_click(message.partition, record)
+            await _on_click(message, record)
 
 
 @app.agent(campaign_sources)

@@ -20,6 +20,7 @@ class TopicRecord:
     timestamp_ms: int
     key: bytes | None
     value: bytes | None
+    headers: tuple[tuple[str, bytes], ...] = ()
 
 
 async def create_topics(bootstrap: str, partitions: Mapping[str, int]) -> None:
@@ -102,7 +103,15 @@ async def read_all(
             for msgs in batch.values():
                 for m in msgs:
                     records.append(
-                        TopicRecord(m.topic, m.partition, m.offset, m.timestamp, m.key, m.value)
+                        TopicRecord(
+                            m.topic,
+                            m.partition,
+                            m.offset,
+                            m.timestamp,
+                            m.key,
+                            m.value,
+                            tuple(m.headers or ()),
+                        )
                     )
             for tp in list(remaining):
                 # position() passes transaction markers too, which never come out as records.
@@ -113,3 +122,28 @@ async def read_all(
         return records
     finally:
         await consumer.stop()
+
+
+async def group_lag(bootstrap: str, group_id: str, topics: Iterable[str]) -> int:
+    """Records in ``topics`` the consumer group has not committed yet (all partitions)."""
+    ends = await end_offsets(bootstrap, topics)
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        committed = await admin.list_consumer_group_offsets(group_id)
+    finally:
+        await admin.close()
+    lag = 0
+    for tp, end in ends.items():
+        meta = committed.get(tp)
+        lag += max(0, end - (meta.offset if meta is not None and meta.offset >= 0 else 0))
+    return lag
+
+
+async def latest_by_key(bootstrap: str, topic: str) -> dict[bytes, bytes | None]:
+    """The last value of every key of a (compacted) topic: what a table's changelog says."""
+    latest: dict[bytes, bytes | None] = {}
+    for record in await read_all(bootstrap, topic, read_committed=True):
+        if record.key is not None:
+            latest[record.key] = record.value
+    return latest

@@ -1,0 +1,302 @@
+"""`streamapp demo`: the ad-click join end to end, with a worker crash in the middle.
+
+Starts a local Kafka broker, creates the topics, runs three workers, produces
+synthetic traffic, kills one worker with SIGKILL part-way and restarts it,
+waits until every record is processed, reconciles the output against Spark's
+batch join of the raw topics, and ends with the line
+
+    demo: N events, J joined, M missing, D duplicated, R records replayed
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import shutil
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from examples.adclick import kafka_io
+from examples.adclick.cluster import Worker, stop_all, wait_until_assigned
+from examples.adclick.events import TrafficConfig, Truth
+from examples.adclick.generator import ProduceResult, produce
+from examples.adclick.model import DecodeError, decode_attribution
+from examples.adclick.topology import Topology
+
+
+def say(line: str) -> None:
+    print(f"demo: {line}", file=sys.stderr, flush=True)
+
+
+@dataclass
+class DemoResult:
+    events: int
+    truth: Truth
+    reconciliation: Any  # examples.adclick.spark.reference.Reconciliation
+    replayed: int
+    replayed_source: str
+    counters: dict[str, int]
+    restarts: int  # of the killed worker
+    dead_letter_sources: set[tuple[str, str, str]]  # (topic, partition, offset) refused
+    seconds: dict[str, float] = field(default_factory=dict)
+    report: dict[str, Path] = field(default_factory=dict)
+
+    def summary_line(self) -> str:
+        r = self.reconciliation
+        return (
+            f"demo: {self.events} events, {r.joined} joined, {r.missing} missing, "
+            f"{r.duplicated} duplicated, {self.replayed} records replayed"
+        )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="streamapp demo",
+        description="The ad-click join end to end on a local broker, with a worker crash.",
+    )
+    p.add_argument("--events", type=int, default=30_000, help="records to produce")
+    p.add_argument("--rate", type=float, default=500.0, help="records per second")
+    p.add_argument("--late-fraction", type=float, default=0.05, help="of clicks")
+    p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--workers", type=int, default=3)
+    p.add_argument("--partitions", type=int, default=6, help="of impressions and clicks")
+    p.add_argument("--window-ms", type=int, default=10_000)
+    p.add_argument(
+        "--kill-at", type=float, default=0.4, help="kill a worker after this share of the events"
+    )
+    p.add_argument("--down-seconds", type=float, default=3.0, help="before restarting it")
+    p.add_argument("--exactly-once", action="store_true", help="processing_guarantee=exactly_once")
+    p.add_argument("--bootstrap", help="use this broker instead of starting one")
+    p.add_argument("--port", type=int, default=0, help="port of the broker started (0: free)")
+    p.add_argument("--data-dir", type=Path, help="broker and worker state (default: a temp dir)")
+    p.add_argument("--report-dir", type=Path, default=Path("reports/adclick"))
+    p.add_argument("--timeout", type=float, default=600.0, help="for the output to complete")
+    return p
+
+
+async def _kill_and_restart(worker: Worker, at_s: float, down_s: float) -> float:
+    await asyncio.sleep(at_s)
+    say(f"killing {worker.name} (pid {worker.process.pid if worker.process else '?'}) with SIGKILL")
+    worker.kill()
+    killed_at = time.monotonic()
+    await asyncio.sleep(down_s)
+    say(f"restarting {worker.name} on its data dir")
+    worker.start()
+    return killed_at
+
+
+async def _produce_with_crash(
+    bootstrap: str, cfg: TrafficConfig, topology: Topology, victim: Worker, args: Any
+) -> ProduceResult:
+    produce_s = cfg.events / cfg.rate
+    crash = asyncio.create_task(
+        _kill_and_restart(victim, args.kill_at * produce_s, args.down_seconds)
+    )
+    result = await produce(bootstrap, cfg, topology, progress=say, progress_every_s=10.0)
+    await crash
+    return result
+
+
+async def _wait_complete(
+    bootstrap: str, topology: Topology, expected: int, workers: list[Worker], timeout: float
+) -> float:
+    """Until the group has committed every input record and the output holds every
+    expected attribution (or the time is up); returns the seconds waited."""
+    start = time.monotonic()
+    last_report = 0.0
+    while True:
+        for w in workers:
+            if not w.alive():
+                raise RuntimeError(f"{w.name} died:\n{w.log_tail()}")
+        lag = await kafka_io.group_lag(
+            bootstrap, topology.app_id, [topology.impressions, topology.clicks]
+        )
+        out = await kafka_io.read_all(bootstrap, topology.attributed, read_committed=True)
+        distinct = len(_click_ids(out))
+        waited = time.monotonic() - start
+        if lag == 0 and distinct >= expected:
+            return waited
+        if waited - last_report >= 10:
+            say(f"waiting: {lag} input records not committed, {distinct}/{expected} attributed")
+            last_report = waited
+        if waited > timeout:
+            say(f"gave up waiting after {waited:.0f} s ({lag} uncommitted, {distinct} attributed)")
+            return waited
+        await asyncio.sleep(2.0)
+
+
+def _click_ids(records: list[kafka_io.TopicRecord]) -> set[str]:
+    ids = set()
+    for r in records:
+        try:
+            ids.add(decode_attribution(r.value).click_id)
+        except DecodeError:
+            continue  # counted by the reconciliation, not here
+    return ids
+
+
+async def _counters(bootstrap: str, topology: Topology) -> dict[str, int]:
+    """Outcome counts summed over partitions, from the counters table's changelog."""
+    totals: dict[str, int] = {}
+    latest = await kafka_io.latest_by_key(bootstrap, topology.changelog("counters"))
+    for key, value in latest.items():
+        if value is None:
+            continue
+        name = json.loads(key).rsplit("/p", 1)[0]
+        totals[name] = totals.get(name, 0) + int(json.loads(value))
+    return totals
+
+
+async def _dead_letter_sources(bootstrap: str, topology: Topology) -> set[tuple[str, str, str]]:
+    sources = set()
+    for r in await kafka_io.read_all(bootstrap, topology.dead_letters, read_committed=True):
+        h = {k: v.decode() for k, v in r.headers}
+        sources.add((h["source-topic"], h["source-partition"], h["source-offset"]))
+    return sources
+
+
+def _replayed(workers: list[Worker]) -> tuple[int, str]:
+    """Changelog records the workers replayed, as their recovery meters count them."""
+    views = [w.assignment() for w in workers]
+    known = [v for v in views if v and "recovery" in v]
+    total = sum(int(v["recovery"].get("records_replayed_total", 0)) for v in known)
+    return total, f"/streamapp/assignment of {len(known)}/{len(workers)} workers"
+
+
+def run_demo(args: argparse.Namespace) -> DemoResult:
+    started = time.monotonic()
+    seconds: dict[str, float] = {}
+    run_id = uuid.uuid4().hex[:8]
+    topology = Topology(
+        app_id=f"adclick-{run_id}",
+        prefix=f"demo-{run_id}-",
+        partitions=args.partitions,
+        window_ms=args.window_ms,
+        processing_guarantee="exactly_once" if args.exactly_once else "at_least_once",
+    )
+    own_dir = args.data_dir is None
+    data_dir = Path(tempfile.mkdtemp(prefix="streamapp-demo-")) if own_dir else args.data_dir
+    data_dir.mkdir(parents=True, exist_ok=True)
+    broker = None
+    workers: list[Worker] = []
+    try:
+        bootstrap = args.bootstrap
+        if bootstrap is None:
+            from streamapp.kafka import LocalKafka
+            from streamapp.kafka.probe import free_port
+
+            say("starting the local Kafka broker")
+            broker = LocalKafka(port=args.port or free_port(), data_dir=data_dir / "kafka")
+            bootstrap = broker.start()
+        say(
+            f"broker {bootstrap}, run {run_id}, {topology.processing_guarantee}, data in {data_dir}"
+        )
+        asyncio.run(kafka_io.create_topics(bootstrap, topology.topic_partitions()))
+        seconds["setup"] = time.monotonic() - started
+
+        t = time.monotonic()
+        workers = [
+            Worker(f"worker-{i + 1}", bootstrap, topology, data_dir / f"worker-{i + 1}").start()
+            for i in range(args.workers)
+        ]
+        say(f"started {len(workers)} workers; waiting until they own all partitions")
+        wait_until_assigned(workers, topology, timeout=180)
+        seconds["workers_ready"] = time.monotonic() - t
+
+        t = time.monotonic()
+        cfg = TrafficConfig(
+            events=args.events,
+            seed=args.seed,
+            rate=args.rate,
+            late_fraction=args.late_fraction,
+            window_ms=topology.window_ms,
+            grace_ms=topology.grace_ms,
+        )
+        victim = workers[len(workers) // 2]
+        produced = asyncio.run(_produce_with_crash(bootstrap, cfg, topology, victim, args))
+        seconds["produce"] = time.monotonic() - t
+
+        t = time.monotonic()
+        expected = produced.truth.in_window_clicks
+        asyncio.run(_wait_complete(bootstrap, topology, expected, workers, args.timeout))
+        seconds["drain"] = time.monotonic() - t
+        replayed, source = _replayed(workers)
+        counters = asyncio.run(_counters(bootstrap, topology))
+        dead_letters = asyncio.run(_dead_letter_sources(bootstrap, topology))
+        stop_all(workers)
+        say("workers stopped; reconciling with Spark")
+
+        t = time.monotonic()
+        from examples.adclick.spark.reconcile import run_reconciliation
+
+        reconciliation, report = run_reconciliation(
+            bootstrap,
+            topology,
+            args.report_dir,
+            extra={"run": run_id, "processing_guarantee": topology.processing_guarantee},
+        )
+        seconds["spark"] = time.monotonic() - t
+        seconds["total"] = time.monotonic() - started
+        return DemoResult(
+            events=produced.records,
+            truth=produced.truth,
+            reconciliation=reconciliation,
+            replayed=replayed,
+            replayed_source=source,
+            counters=counters,
+            restarts=victim.starts - 1,
+            dead_letter_sources=dead_letters,
+            seconds={k: round(v, 1) for k, v in seconds.items()},
+            report=report,
+        )
+    finally:
+        stop_all(workers)
+        if broker is not None:
+            broker.stop()
+        if own_dir:
+            shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def print_summary(result: DemoResult) -> None:
+    r, truth, c = result.reconciliation, result.truth, result.counters
+    print(f"impressions {r.impressions}, clicks {r.clicks}, undecodable {r.undecodable}")
+    print(
+        f"generator truth: {truth.in_window_clicks} clicks in window, {truth.late_clicks} late, "
+        f"{truth.orphan_clicks} without impression, {truth.early_arrivals} before their impression"
+    )
+    print(
+        "streamapp counted: "
+        f"{c.get('late', 0)} late, {c.get('unmatched', 0)} unmatched, "
+        f"{c.get('dead_letter', 0)} dead letters ({len(result.dead_letter_sources)} distinct "
+        f"records in the dead-letter topic), {c.get('duplicate_click', 0)} replayed clicks"
+    )
+    print(
+        f"spark reference: {r.expected} attributions; output {r.output_records} records, "
+        f"{r.mismatched} mismatched, {r.unexpected} unexpected"
+    )
+    print(f"records replayed from {result.replayed_source}")
+    print("seconds: " + ", ".join(f"{k} {v}" for k, v in result.seconds.items()))
+    print(f"report: {result.report.get('markdown')} (chart {result.report.get('chart')})")
+    print(result.summary_line())
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        result = run_demo(args)
+    except (RuntimeError, TimeoutError, OSError) as exc:
+        print(f"demo: failed: {exc}", file=sys.stderr)
+        return 1
+    print_summary(result)
+    r = result.reconciliation
+    return 0 if r.missing == 0 and r.mismatched == 0 and r.unexpected == 0 else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
