@@ -36,7 +36,7 @@ def _next(offset: int | None) -> int | None:
     return None if offset is None else max(0, offset + 1)
 
 
-def _by_topic(tps: Iterable[TP]) -> dict[str, list[int]]:
+def by_topic(tps: Iterable[TP]) -> dict[str, list[int]]:
     out: dict[str, list[int]] = {}
     for tp in sorted(tps):
         out.setdefault(tp.topic, []).append(tp.partition)
@@ -119,8 +119,9 @@ class ReplicaRuntime:
         share = self.share
         self.history.append(
             {
+                "generation": self.member()[1],
                 "plan_generation": share.generation if share else None,
-                "active": _by_topic(self.app.assignor.assigned_actives()),
+                "active": by_topic(self.app.assignor.assigned_actives()),
                 "warmup": dict(share.warmup) if share else {},
                 **self.meter.last_rebalance_json(),
             }

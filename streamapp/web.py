@@ -6,7 +6,7 @@ from typing import Any
 
 from faust.web import Request, Response, View
 
-from standby.runtime import ReplicaRuntime
+from standby.runtime import ReplicaRuntime, by_topic
 
 
 def assignment_view(app: Any) -> dict[str, Any]:
@@ -24,8 +24,9 @@ def assignment_view(app: Any) -> dict[str, Any]:
         "generation": generation,
         "host": settings.host,
         "rack": settings.rack,
-        "active": dict(share.active) if share else {},
-        "standby": dict(share.standby) if share else {},
+        # From Faust's assignor API, so that the view also works under stock Faust's assignor.
+        "active": by_topic(app.assignor.assigned_actives()),
+        "standby": dict(share.standby) if share else by_topic(app.assignor.assigned_standbys()),
         "warmup": dict(share.warmup) if share else {},
         "recovery": runtime.meter.as_json(),
         "rebalances": runtime.meter.rebalances,
