@@ -1,0 +1,268 @@
+"""Three (then four) real `streamapp worker` processes on a real broker, through a crash, a rolling
+restart and a scale-out, with a changelog-backed rocksdict table.
+
+The tests run in order and share the workers (module fixture): each phase starts from the state
+the previous one left. What is checked comes from each worker's ``/streamapp/assignment`` view
+(what it holds, and per rebalance the changelog records its recovery replayed) and from the
+table's contents (``/latest/``, each worker's active partitions).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+from .workers import WorkerProcess
+
+APP = "tests.integration.apps.rebalance:app"
+TOPIC = "it-rebalance-events"
+PARTITIONS = 6  # the app's default
+CHANGELOG = "it-rebalance-latest-changelog"
+ACCEPTABLE_LAG = 300
+KEYS = 3000
+#: ~1500 changelog records per partition: a full replay is five times the acceptable lag.
+INITIAL_EVENTS = 9000
+#: Written while a worker is away: ~50 records per partition, well within the acceptable lag.
+TAIL_EVENTS = 300
+ENV = {"REBALANCE_ACCEPTABLE_LAG": str(ACCEPTABLE_LAG), "REBALANCE_PROBING_S": "5"}
+
+
+class Group:
+    """The workers of the test, the events produced so far, and the table they must yield."""
+
+    def __init__(self, bootstrap: str, root: Path) -> None:
+        self.bootstrap = bootstrap
+        self.root = root
+        self.workers: dict[str, WorkerProcess] = {}
+        self.expected: dict[str, int] = {}
+        self.produced = 0
+
+    def start(self, name: str) -> WorkerProcess:
+        worker = WorkerProcess(APP, self.bootstrap, self.root / name, "--client-id", name)
+        self.workers[name] = worker.start()
+        return worker
+
+    def view(self, name: str) -> dict[str, Any]:
+        view: dict[str, Any] = self.workers[name].get_json("/streamapp/assignment")
+        return view
+
+    def produce(self, count: int) -> None:
+        for seq in range(self.produced, self.produced + count):
+            self.expected[f"k{seq % KEYS}"] = seq
+        asyncio.run(_produce(self.bootstrap, range(self.produced, self.produced + count)))
+        self.produced += count
+
+    def wait(self, what: str, check: Callable[[], bool], timeout: float = 90.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for name, worker in self.workers.items():
+                assert worker.process is not None
+                if worker.process.poll() is not None:
+                    raise AssertionError(f"{name} exited:\n{worker.log_tail()}")
+            try:
+                if check():
+                    return
+            except OSError:
+                pass  # a web view not up yet
+            time.sleep(0.5)
+        logs = "\n".join(f"--- {n}\n{w.log_tail(15)}" for n, w in self.workers.items())
+        raise AssertionError(f"timed out waiting for {what}\n{self.summary()}\n{logs}")
+
+    def summary(self) -> str:
+        lines = []
+        for name in self.workers:
+            try:
+                v = self.view(name)
+            except OSError as exc:
+                lines.append(f"{name}: no view ({exc})")
+                continue
+            last = v["history"][-1] if v["history"] else {}
+            lines.append(
+                f"{name}: gen {v['plan_generation']} (resumed {last.get('plan_generation')}) "
+                f"active {v['active'].get(TOPIC)} standby {v['standby'].get(CHANGELOG)} "
+                f"warmup {v['warmup'].get(CHANGELOG)} lag {v['replica_lag'].get(CHANGELOG)} "
+                f"followup {v['followup_pending']}"
+            )
+        return "\n".join(lines)
+
+    def actives(self) -> dict[str, set[int]]:
+        return {name: set(self.view(name)["active"].get(TOPIC, [])) for name in self.workers}
+
+    def settled(self) -> bool:
+        """Every event partition active exactly once, processing, replicas caught up."""
+        views = {name: self.view(name) for name in self.workers}
+        held = [p for v in views.values() for p in v["active"].get(TOPIC, [])]
+        if sorted(held) != list(range(PARTITIONS)):
+            return False
+        for v in views.values():
+            if v["followup_pending"] or not v["history"]:
+                return False
+            if v["history"][-1]["plan_generation"] != v["plan_generation"]:
+                return False  # the current assignment has not resumed processing yet
+            if any(lag > 0 for lags in v["replica_lag"].values() for lag in lags.values()):
+                return False
+            replicas = {p for ps in (v["standby"], v["warmup"]) for p in ps.get(CHANGELOG, [])}
+            if len(replicas) != len(v["replica_lag"].get(CHANGELOG, {})):
+                return False
+        return self.table_matches()
+
+    def table(self) -> dict[str, int]:
+        merged: dict[str, int] = {}
+        for worker in self.workers.values():
+            part: dict[str, int] = worker.get_json("/latest/")
+            assert not set(part) & set(merged), "a key is active on two workers"
+            merged.update(part)
+        return merged
+
+    def table_matches(self) -> bool:
+        return self.table() == self.expected
+
+
+async def _produce(bootstrap: str, seqs: range) -> None:
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=10)
+    await producer.start()
+    try:
+        for seq in seqs:
+            await producer.send(TOPIC, key=f"k{seq % KEYS}".encode(), value=str(seq).encode())
+        await producer.flush()
+    finally:
+        await producer.stop()
+
+
+async def _create_topic(bootstrap: str) -> None:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(TOPIC, PARTITIONS, 1)])
+    finally:
+        await admin.close()
+
+
+async def _changelog_ends(bootstrap: str) -> dict[int, int]:
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap)
+    await consumer.start()
+    try:
+        tps = [TopicPartition(CHANGELOG, p) for p in range(PARTITIONS)]
+        ends = await consumer.end_offsets(tps)
+        return {tp.partition: ends[tp] for tp in tps}
+    finally:
+        await consumer.stop()
+
+
+def _replayed(entry: dict[str, Any]) -> dict[int, int]:
+    return {int(p): n for p, n in entry["by_partition"].get(CHANGELOG, {}).items()}
+
+
+@pytest.fixture(scope="module")
+def group(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Group]:
+    env = pytest.MonkeyPatch()
+    for name, value in ENV.items():
+        env.setenv(name, value)  # read by the worker subprocesses' app module
+    asyncio.run(_create_topic(kafka_bootstrap))
+    group = Group(kafka_bootstrap, tmp_path_factory.mktemp("rebalance"))
+    try:
+        for name in ("w1", "w2", "w3"):
+            group.start(name)
+        group.wait(
+            "three workers sharing the work",
+            lambda: len([n for n, ps in group.actives().items() if ps]) == 3,
+            timeout=120,
+        )
+        group.produce(INITIAL_EVENTS)
+        group.wait("the initial events processed and replicated", group.settled, timeout=120)
+        yield group
+    finally:
+        for worker in group.workers.values():
+            if worker.process is not None and worker.process.poll() is None:
+                worker.stop()
+        env.undo()
+
+
+def test_crash_promotes_standbys_with_at_most_the_acceptable_lag(group: Group) -> None:
+    views = {name: group.view(name) for name in group.workers}
+    victim = "w3"
+    lost = set(views[victim]["active"][TOPIC])
+    standby_of = {
+        p: name
+        for name, v in views.items()
+        if name != victim
+        for p in v["standby"].get(CHANGELOG, [])
+    }
+    assert lost and lost <= set(standby_of), f"every lost task had a standby: {views}"
+    group.workers[victim].stop(signal.SIGKILL)
+    del group.workers[victim]
+    group.wait("the survivors to take over", group.settled)
+    for p in lost:
+        heir = standby_of[p]
+        assert p in group.view(heir)["active"][TOPIC], f"partition {p} not on its standby {heir}"
+        replayed = _replayed(group.view(heir)["history"][-1])
+        assert replayed.get(p, 0) <= ACCEPTABLE_LAG, (p, replayed)
+
+    # The crashed worker comes back on its data dir; the tail it missed is small.
+    group.produce(TAIL_EVENTS)
+    group.start(victim)
+    group.wait(
+        "the crashed worker back in the group",
+        lambda: group.settled() and bool(group.actives()[victim]),
+    )
+    assert group.table_matches()
+
+
+def test_rolling_restart_replays_only_the_tail_written_while_away(group: Group) -> None:
+    before = group.actives()
+    for name in sorted(group.workers):
+        ends_before = asyncio.run(_changelog_ends(group.bootstrap))
+        assert group.workers[name].stop() == 0, group.workers[name].log_tail()
+        away = group.workers.pop(name)
+        group.wait(f"the others to cover for {name}", group.settled)
+        group.produce(TAIL_EVENTS)
+        group.wait(f"the tail processed while {name} is away", group.table_matches)
+        ends_after = asyncio.run(_changelog_ends(group.bootstrap))
+        group.start(name)
+        assert group.workers[name].data_dir == away.data_dir
+        group.wait(
+            f"{name} back with a full share",
+            lambda name=name: (
+                group.settled()  # type: ignore[misc]
+                and len(group.actives()[name]) == len(before[name])
+            ),
+        )
+        entries = [e for e in group.view(name)["history"] if e["active"].get(TOPIC)]
+        replayed = _replayed(entries[-1])
+        assert set(replayed) == set(entries[-1]["active"][CHANGELOG])
+        for p, records in replayed.items():
+            tail = ends_after[p] - ends_before[p]
+            assert records <= tail, (name, p, replayed, tail)
+
+
+def test_scale_out_warms_up_first_and_never_replays_a_full_changelog(group: Group) -> None:
+    group.produce(TAIL_EVENTS)
+    group.start("w4")
+    group.wait(
+        "w4 to take its share", lambda: group.settled() and bool(group.actives()["w4"]), timeout=120
+    )
+    history = group.view("w4")["history"]
+    warmed = [e for e in history if e["warmup"].get(CHANGELOG) and not e["active"].get(TOPIC)]
+    assert warmed, f"w4 never got warmups before actives: {history}"
+    promoted = set(group.actives()["w4"])
+    assert promoted <= set(warmed[0]["warmup"][CHANGELOG]), (promoted, warmed)
+    for name in group.workers:
+        for entry in group.view(name)["history"]:
+            worst = max(_replayed(entry).values(), default=0)
+            assert worst <= ACCEPTABLE_LAG, (name, entry)
+
+
+def test_table_contents_are_exactly_right(group: Group) -> None:
+    group.produce(TAIL_EVENTS)
+    group.wait("the last events processed", group.settled)
+    table = group.table()
+    assert len(table) == KEYS
+    assert table == group.expected
