@@ -51,20 +51,16 @@ from streamapp.group_scenario import (
     shares_from_result,
 )
 from streamapp.settings import StreamappSettings
+from streamapp.stock_faust import REFUSAL, stock_faust_url, stock_refusal
 from tables.identity import load_or_create_client_id
 from tables.inventory import LocalStateInventory
 from tables.ownership import Ownership, load_ownership, save_ownership
 
 logger = logging.getLogger(__name__)
 
-#: The group protocol name. Distinct from stock Faust's ("faust"), so the broker never lets a
-#: stock worker's assignor decide for streamapp members, or the other way round.
+#: The group protocol name. Distinct from stock Faust's ("faust"): a stock worker's assignor
+#: never decides for streamapp members (see `streamapp.stock_faust` for how one is refused).
 PROTOCOL_NAME = "streamapp"
-
-STOCK_FAUST_REFUSED = (
-    "member {member} runs stock Faust's PartitionAssignor and was given no partitions: "
-    "run it with `streamapp worker -A MODULE:APP` (a streamapp.App), or give it another app id"
-)
 
 
 class StreamappPartitionAssignor(PartitionAssignor):
@@ -149,14 +145,14 @@ class StreamappPartitionAssignor(PartitionAssignor):
     ) -> dict[str, ConsumerProtocolMemberAssignment]:
         facts: dict[str, MemberFacts] = {}
         urls: dict[str, str] = {}
-        refused: list[str] = []
+        refused: dict[str, str] = {}
         for member_id, protocol_metadata in member_metadata.items():
             subscription = list(protocol_metadata.subscription)
             try:
                 decoded: MemberMetadata | None = decode_metadata(protocol_metadata.user_data)
             except StockFaustMetadataError:
-                self._warn_once(member_id, STOCK_FAUST_REFUSED.format(member=member_id))
-                refused.append(member_id)
+                self._warn_once(member_id, f"member {member_id}: {REFUSAL}")
+                refused[member_id] = stock_faust_url(protocol_metadata.user_data)
                 continue
             except MetadataError as exc:
                 self._warn_once(
@@ -201,10 +197,8 @@ class StreamappPartitionAssignor(PartitionAssignor):
             )
             for member_id, share in shares.items()
         }
-        for member_id in refused:
-            out[member_id] = ConsumerProtocolMemberAssignment(
-                self.version, [], encode_assignment(MemberAssignment(generation=-1))
-            )
+        for member_id, url in refused.items():
+            out[member_id] = stock_refusal(self.version, url)
         return out
 
     def _warn_once(self, member_id: str, message: str) -> None:

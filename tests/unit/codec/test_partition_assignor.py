@@ -14,7 +14,6 @@ import faust
 import pytest
 import rocksdict
 from aiokafka.coordinator.protocol import (
-    ConsumerProtocolMemberAssignment,
     ConsumerProtocolMemberMetadata,
 )
 from faust.assignor import PartitionAssignor
@@ -28,6 +27,7 @@ from assignor.metadata_codec import (
 )
 from streamapp.partition_assignor import PROTOCOL_NAME, StreamappPartitionAssignor
 from streamapp.settings import StreamappSettings
+from streamapp.stock_faust import REFUSAL
 from tables.inventory import OFFSET_KEY
 
 CHANGELOG = "sa-test-counts-changelog"
@@ -141,7 +141,8 @@ def test_stock_faust_member_is_refused_with_what_to_do(
 ) -> None:
     assignor = _assignor(app)
     assignor.strategy = "sticky"
-    stock_assignor = faust.App("sa-test", store="rocksdb://").assignor
+    stock_app = faust.App("sa-test", store="rocksdb://", web_port=6124)
+    stock_assignor = stock_app.assignor
     assert isinstance(stock_assignor, PartitionAssignor)
     stock = stock_assignor.metadata({"words"})
     with caplog.at_level(logging.WARNING):
@@ -152,9 +153,9 @@ def test_stock_faust_member_is_refused_with_what_to_do(
                 "m-stock": _metadata(stock.user_data, ["words"]),
             },
         )
-    assert isinstance(out["m-stock"], ConsumerProtocolMemberAssignment)
     assert out["m-stock"].assignment == []
-    assert any(
-        "streamapp worker" in r.getMessage() and "m-stock" in r.getMessage() for r in caplog.records
-    )
+    assert any("m-stock" in r.getMessage() and REFUSAL in r.getMessage() for r in caplog.records)
     assert decode_assignment(out["m-self"].user_data).active == {"words": [0, 1]}
+    # The stock worker's own on_assignment rejects its share, saying what to do.
+    with pytest.raises(AssertionError, match="streamapp worker -A"):
+        stock_assignor.on_assignment(out["m-stock"])
