@@ -78,7 +78,7 @@ counters = app.Table("counters", partitions=topology.partitions, default=int)
 campaign_stats = app.Table("campaign-stats", partitions=topology.campaign_partitions)
 
 # The index keys share the tables with auction ids; model.RESERVED_KEY_PREFIX keeps them apart.
-NEXT_BUCKET = "~expiry/next"
+LIVE_BUCKETS = "~expiry/live"
 
 
 def _bucket_key(bucket: int) -> str:
@@ -98,15 +98,18 @@ def _count(name: str, partition: int, n: int = 1) -> None:
 def _index(table: Any, auction_id: str, expires_after_ms: int) -> None:
     bucket = buckets.bucket_of(expires_after_ms)
     key = _bucket_key(bucket)
-    table[key] = [*(table.get(key) or []), auction_id]
-    first = table.get(NEXT_BUCKET)
-    if first is None or bucket < first:
-        table[NEXT_BUCKET] = bucket
+    listed = table.get(key)
+    if listed is None:
+        live = buckets.with_bucket(table.get(LIVE_BUCKETS) or [], bucket)
+        if live is not None:
+            table[LIVE_BUCKETS] = live
+    table[key] = [*(listed or []), auction_id]
 
 
 def _due(table: Any, clock_ms: int) -> list[str]:
     """Auction ids listed in every bucket the clock has passed; those buckets are dropped."""
-    due = buckets.due(table.get(NEXT_BUCKET), clock_ms)
+    live = table.get(LIVE_BUCKETS) or []
+    due = buckets.due(live, clock_ms)
     ids: list[str] = []
     for bucket in due:
         key = _bucket_key(bucket)
@@ -115,7 +118,7 @@ def _due(table: Any, clock_ms: int) -> list[str]:
             ids.extend(listed)
             del table[key]
     if due:
-        table[NEXT_BUCKET] = due.stop
+        table[LIVE_BUCKETS] = live[len(due) :]
     return ids
 
 

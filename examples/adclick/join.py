@@ -228,23 +228,26 @@ class ExpiryBuckets:
     """Time buckets that index which auctions may expire when.
 
     Each table keeps, next to its auction entries, one index entry per bucket
-    listing the auctions whose expiry time falls in it, plus the lowest bucket
-    not yet swept. A bucket is swept once the driving clock has passed its end,
-    so every auction listed in it has expired by then.
+    listing the auctions whose expiry time falls in it, plus the sorted list of
+    buckets that have entries (so a sweep never probes empty buckets). A bucket
+    is swept once the driving clock has passed its end, so every auction listed
+    in it has expired by then. Narrow buckets keep each index write small.
     """
 
     width_ms: int
-    max_per_sweep: int = 64  # bounds the work one record can trigger after a clock jump
 
     def bucket_of(self, expires_after_ms: int) -> int:
         return expires_after_ms // self.width_ms
 
-    def due(self, next_bucket: int | None, clock_ms: int) -> range:
-        """Buckets whose end the clock has passed, starting at ``next_bucket``, bounded."""
-        if next_bucket is None or clock_ms < 0:
-            return range(0)
+    def due(self, live: list[int], clock_ms: int) -> list[int]:
+        """The live buckets whose end the clock has passed."""
         # Bucket b covers [b*w, (b+1)*w); an entry in it expires once clock > its time,
         # guaranteed for all of them when clock >= (b+1)*w.
-        last_due = clock_ms // self.width_ms - 1
-        stop = min(last_due + 1, next_bucket + self.max_per_sweep)
-        return range(next_bucket, max(next_bucket, stop))
+        return [b for b in live if (b + 1) * self.width_ms <= clock_ms]
+
+    @staticmethod
+    def with_bucket(live: list[int], bucket: int) -> list[int] | None:
+        """``live`` with ``bucket`` added, or None when it is there already."""
+        if bucket in live:
+            return None
+        return sorted([*live, bucket])

@@ -132,19 +132,24 @@ def test_clocks_never_go_back() -> None:
 
 
 def test_expiry_buckets_sweep_only_buckets_the_clock_has_passed() -> None:
-    buckets = ExpiryBuckets(width_ms=1_000, max_per_sweep=3)
+    buckets = ExpiryBuckets(width_ms=1_000)
     assert buckets.bucket_of(12_345) == 12
-    assert list(buckets.due(None, 50_000)) == []
-    assert list(buckets.due(12, 12_999)) == []  # bucket 12 ends at 13_000
-    assert list(buckets.due(12, 13_000)) == [12]
-    # A clock jump sweeps at most max_per_sweep buckets per call.
-    assert list(buckets.due(12, 99_000)) == [12, 13, 14]
+    assert buckets.due([], 50_000) == []
+    assert buckets.due([12, 15], 12_999) == []  # bucket 12 ends at 13_000
+    assert buckets.due([12, 15], 13_000) == [12]
+    assert buckets.due([12, 15], 99_000) == [12, 15]
     # Every entry of a swept bucket really has expired by then.
     expires_after = 12_999
     bucket = buckets.bucket_of(expires_after)
     clock = (bucket + 1) * buckets.width_ms
-    assert bucket in buckets.due(bucket, clock)
+    assert buckets.due([bucket], clock) == [bucket]
     assert clock > expires_after
+
+
+def test_live_bucket_list_stays_sorted_without_repeats() -> None:
+    assert ExpiryBuckets.with_bucket([], 7) == [7]
+    assert ExpiryBuckets.with_bucket([3, 9], 7) == [3, 7, 9]
+    assert ExpiryBuckets.with_bucket([3, 7, 9], 7) is None
 
 
 def test_states_round_trip_through_json() -> None:
