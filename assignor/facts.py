@@ -8,7 +8,9 @@ placement passes never rescan members per task:
 - ``previous_owner[g][p]``: the member that held task ``(g, p)`` active (the
   one claiming most of its topics, then the highest generation, then the
   lowest index), or -1. Claims by a member no longer eligible for the group
-  are ignored: it cannot keep the task anyway.
+  are ignored: it cannot keep the task anyway. An unclaimed stateful task is
+  treated as held by a caught-up member that claims nothing but has the
+  task's state on disk: a member restarted under a new id is sticky by its store.
 - ``other_claimants[(g, p)]``: members that claimed some of the task's
   partitions but lost it to ``previous_owner`` (possible when a previous
   assignment did not co-partition); they are the next best keepers.
@@ -107,12 +109,22 @@ class TaskFacts:
                 previous_owner[g][p] = min(counted, key=lambda i: (-counted[i], -generation[i], i))
 
         state_lag, no_state_lag = cls._lags(scenario, grouping, index_of, eligible)
+        restarted = {
+            i
+            for i, member in enumerate(scenario.members.values())
+            if not member.owned_active and not member.owned_standby and member.offsets
+        }
         for g, group in enumerate(groups):
             if not group.stateful:
                 continue
-            for p, owner in enumerate(previous_owner[g]):
+            owners = previous_owner[g]
+            for p, owner in enumerate(owners):
                 if owner != -1:
                     state_lag.setdefault((g, p), {})[owner] = 0
+                    continue
+                lags = state_lag.get((g, p))
+                if lags and restarted:
+                    owners[p] = cls._state_owner(lags, restarted, scenario.acceptable_recovery_lag)
         # A standby that was never asked for (owned_standby of a member that also
         # owns the task active) cannot be both; the owner wins.
         for task, holders in previous_standbys.items():
@@ -131,6 +143,18 @@ class TaskFacts:
             no_state_lag=no_state_lag,
             acceptable_lag=scenario.acceptable_recovery_lag,
         )
+
+    @staticmethod
+    def _state_owner(lags: dict[int, int], restarted: set[int], acceptable: int) -> int:
+        """Who ran an unclaimed task before restarting: caught up, least lag.
+
+        A member that restarted under a new member id claims nothing, but its
+        store on disk says what it ran; giving it that task back is stickiness
+        by client, not by member id (contract rule 6). Members that claim
+        something are not guessed for: their claims say what they held.
+        """
+        ready = [(lag, m) for m, lag in lags.items() if lag <= acceptable and m in restarted]
+        return min(ready)[1] if ready else -1
 
     @staticmethod
     def _lags(

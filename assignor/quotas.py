@@ -79,20 +79,53 @@ def _uniform_quotas(
     base = [group.partitions // size for group in groups]
     extras_needed = [group.partitions % size for group in groups]
     total_extras = sum(extras_needed)
-    floor_extras, high_slots = divmod(total_extras, size)
+    floor_extras, high_members = divmod(total_extras, size)
     extras: dict[int, int] = dict.fromkeys(members, 0)
     gets_extra: list[set[int]] = [set() for _ in groups]
+    at_high = 0  # members holding floor_extras + 1 extras
 
     def has_room(member: int) -> bool:
         count = extras[member]
-        return count < floor_extras or (count == floor_extras and high_slots > 0)
+        return count < floor_extras or (count == floor_extras and at_high < high_members)
 
     def grant(k: int, member: int) -> None:
-        nonlocal high_slots
+        nonlocal at_high
         if extras[member] == floor_extras:
-            high_slots -= 1
+            at_high += 1
         extras[member] += 1
         gets_extra[k].add(member)
+
+    def revoke(k: int, member: int) -> None:
+        nonlocal at_high
+        extras[member] -= 1
+        if extras[member] == floor_extras:
+            at_high -= 1
+        gets_extra[k].remove(member)
+
+    def make_room(k: int) -> int:
+        """Free a member for group k by handing one of its other extras on.
+
+        Needed when the members with room all hold k's extra already: a
+        member y without room gives its extra of group j to a member x with
+        room, which leaves y room for k. Returns y, or -1.
+        """
+        for y in members:
+            if y in gets_extra[k] or has_room(y):
+                continue
+            # Hand on an extra y did not hold before, if it has one: keeps what it held.
+            mine = [j for j, chosen in enumerate(gets_extra) if y in chosen]
+            mine.sort(key=lambda j: (held[j].get(y, 0) > base[j], j))
+            for j in mine:
+                chosen = gets_extra[j]
+                for x in members:
+                    if x != y and x not in chosen and has_room(x):
+                        revoke(j, y)
+                        grant(j, x)
+                        if has_room(y):
+                            return y
+                        revoke(j, x)  # did not help; undo
+                        grant(j, y)
+        return -1
 
     # 1. Members that held an extra task keep it while the limits allow.
     for k in range(len(groups)):
@@ -108,17 +141,31 @@ def _uniform_quotas(
 
     # 2. The rest, groups needing most first, to members with fewest extras
     #    (then those that held most of the group, to move fewer tasks).
-    order = sorted(range(len(groups)), key=lambda k: (-(extras_needed[k] - len(gets_extra[k])), k))
+    order = sorted(range(len(groups)), key=lambda k: (len(gets_extra[k]) - extras_needed[k], k))
     for k in order:
         missing = extras_needed[k] - len(gets_extra[k])
         if missing <= 0:
             continue
         candidates = sorted(
             (m for m in members if m not in gets_extra[k]),
-            key=lambda m: (not has_room(m), extras[m], -held[k].get(m, 0), m),
+            key=lambda m: (extras[m], -held[k].get(m, 0), m),
         )
-        for member in candidates[:missing]:
+        for member in candidates:
+            if missing == 0:
+                break
+            # Room only shrinks while we grant, so one ordered pass suffices.
+            if has_room(member):
+                grant(k, member)
+                missing -= 1
+        while missing > 0:
+            member = make_room(k)
+            if member == -1:  # cannot happen with consistent counts; stay total
+                member = min(
+                    (m for m in members if m not in gets_extra[k]),
+                    key=lambda m: (extras[m], m),
+                )
             grant(k, member)
+            missing -= 1
 
     return [{m: base[k] + (m in gets_extra[k]) for m in members} for k in range(len(groups))]
 
@@ -154,24 +201,33 @@ def _weighted_quotas(
     # KIP-54: no task may move to an eligible member and strictly improve balance.
     # Within a group, if any improving move exists, the most loaded holder and
     # the least loaded eligible member form one, so checking that pair suffices.
-    moved = True
-    while moved:
-        moved = False
-        for k in order:
-            while True:
-                holders = [m for m in eligible[k] if quotas[k].get(m, 0) > 0]
-                if not holders:
-                    break
-                giver = max(holders, key=lambda m: (total.get(m, 0) / capacity[m], -m))
-                taker = min(eligible[k], key=lambda m: ((total.get(m, 0) + 1) / capacity[m], m))
-                # Integer cross-multiplication: (t_b + 1) / c_b < t_a / c_a.
-                if (total.get(taker, 0) + 1) * capacity[giver] >= total.get(giver, 0) * capacity[
-                    taker
-                ]:
-                    break
-                quotas[k][giver] -= 1
-                quotas[k][taker] = quotas[k].get(taker, 0) + 1
-                total[giver] -= 1
-                total[taker] = total.get(taker, 0) + 1
-                moved = True
+    # Of the improving moves, take one of a task the giver did not hold before
+    # (handed out above), so that what members held stays where it is.
+    def improving_move(k: int) -> tuple[int, int] | None:
+        holders = [m for m in eligible[k] if quotas[k].get(m, 0) > 0]
+        if not holders:
+            return None
+        giver = max(holders, key=lambda m: (total.get(m, 0) / capacity[m], -m))
+        taker = min(eligible[k], key=lambda m: ((total.get(m, 0) + 1) / capacity[m], m))
+        # Integer cross-multiplication: (t_b + 1) / c_b < t_a / c_a.
+        if (total.get(taker, 0) + 1) * capacity[giver] >= total.get(giver, 0) * capacity[taker]:
+            return None
+        return giver, taker
+
+    while True:
+        moves = [(k, move) for k in order if (move := improving_move(k)) is not None]
+        if not moves:
+            break
+        k, (giver, taker) = min(
+            moves,
+            key=lambda item: (
+                quotas[item[0]][item[1][0]] <= held[item[0]].get(item[1][0], 0),
+                -total.get(item[1][0], 0) / capacity[item[1][0]],
+                order.index(item[0]),
+            ),
+        )
+        quotas[k][giver] -= 1
+        quotas[k][taker] = quotas[k].get(taker, 0) + 1
+        total[giver] -= 1
+        total[taker] = total.get(taker, 0) + 1
     return quotas

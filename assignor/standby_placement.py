@@ -48,12 +48,20 @@ class _Domains:
 
     @classmethod
     def of(cls, scenario: Scenario) -> _Domains:
+        """A member without a host is its own host; a host sits in one rack.
+
+        Every member of a host shares the first rack declared on it, so that
+        "another rack" always implies "another host" and the best placement
+        tier can be told from counts of distinct domains alone.
+        """
         hosts: list[object] = []
-        racks: list[object] = []
+        rack_of_host: dict[object, object] = {}
         for member_id, member in scenario.members.items():
             host = ("host", member.host) if member.host is not None else ("member", member_id)
             hosts.append(host)
-            racks.append(("rack", member.rack) if member.rack is not None else host)
+            if member.rack is not None:
+                rack_of_host.setdefault(host, ("rack", member.rack))
+        racks = [rack_of_host.get(host, host) for host in hosts]
         return cls(host=hosts, rack=racks)
 
 
@@ -201,7 +209,7 @@ def place_standbys(
     # 3. The sticky pass may have spent the leftover slots before a member
     #    that cannot hold some task's standby (it is active or warming up for
     #    it) got its share: hand such members standbys from those above floor.
-    _repair_balance(chosen, counts, owners, blocked, eligible, tier)
+    _repair_balance(chosen, counts, owners, blocked, eligible, domains)
     placed = {task: members for task, members in chosen.items() if members}
     return StandbyPlacement(standbys=placed, warmups_as_standby=converted)
 
@@ -212,8 +220,14 @@ def _repair_balance(
     owners: list[list[int]],
     blocked: dict[Task, int],
     eligible: dict[int, set[int]],
-    tier: TierOf,
+    domains: _Domains,
 ) -> None:
+    def tier(m: int, others: list[int]) -> int:
+        """0: a rack no other copy uses; 1: only a new host; 2: neither."""
+        if domains.rack[m] not in {domains.rack[o] for o in others}:
+            return 0
+        return 1 if domains.host[m] not in {domains.host[o] for o in others} else 2
+
     short = [m for m in counts.count if counts.count[m] < counts.floor[m]]
     if not short:
         return
@@ -236,8 +250,10 @@ def _repair_balance(
                     or taker == blocked.get(task)
                     or taker in chosen[task]
                     or taker not in eligible[g]
-                    or tier(task, taker) > tier(task, giver)
                 ):
+                    continue
+                others = [owners[g][p], *(m for m in chosen[task] if m != giver)]
+                if tier(taker, others) > tier(giver, others):
                     continue
                 chosen[task][chosen[task].index(giver)] = taker
                 held[giver].remove(task)
