@@ -166,7 +166,11 @@ def _replayed(workers: list[Worker]) -> tuple[int, str]:
     views = [w.assignment() for w in workers]
     known = [v for v in views if v and "recovery" in v]
     total = sum(int(v["recovery"].get("records_replayed_total", 0)) for v in known)
-    return total, f"/streamapp/assignment of {len(known)}/{len(workers)} workers"
+    rebalances = sum(int(v.get("rebalances", 0)) for v in known)
+    return total, (
+        f"/streamapp/assignment of {len(known)}/{len(workers)} workers "
+        f"({rebalances} rebalances seen by their current processes)"
+    )
 
 
 def run_demo(args: argparse.Namespace) -> DemoResult:

@@ -70,16 +70,16 @@ class ImpressionState:
     """What the impressions table keeps per auction."""
 
     impression: Impression
-    # Clicks already decided against this impression (id -> event time). A click
-    # seen again is a replay (at-least-once processing after a crash, when the
-    # table's changelog got further than the committed input offsets): its
-    # attribution is emitted again rather than suppressed, because the first
-    # emission may never have reached the output topic. Duplicates are visible
-    # downstream and deduplicated by click id; a lost attribution would not be.
-    decided_clicks: tuple[tuple[str, int], ...] = ()
+    # Clicks already decided against this impression: (click id, click time, whether
+    # the impression's arrival decided it, i.e. the click had been pending). A record
+    # processed again (at-least-once after a crash; or exactly-once when the local store
+    # kept effects of an aborted transaction) re-emits the attributions it *owns*, since
+    # their first emission may never have reached the output topic; each attribution
+    # has exactly one owner record, so a replay emits it once more, never twice.
+    decided_clicks: tuple[tuple[str, int, bool], ...] = ()
 
-    def decided(self, click_id: str) -> bool:
-        return any(cid == click_id for cid, _t in self.decided_clicks)
+    def decision(self, click_id: str) -> tuple[str, int, bool] | None:
+        return next((d for d in self.decided_clicks if d[0] == click_id), None)
 
     def to_json(self) -> dict[str, Any]:
         imp = self.impression
@@ -88,7 +88,7 @@ class ImpressionState:
             "campaign": imp.campaign,
             "cost_micros": imp.cost_micros,
             "event_time_ms": imp.event_time_ms,
-            "decided_clicks": [[cid, t] for cid, t in self.decided_clicks],
+            "decided_clicks": [[cid, t, int(by_imp)] for cid, t, by_imp in self.decided_clicks],
         }
 
     @classmethod
@@ -100,7 +100,9 @@ class ImpressionState:
                 cost_micros=int(obj["cost_micros"]),
                 event_time_ms=int(obj["event_time_ms"]),
             ),
-            decided_clicks=tuple((str(c), int(t)) for c, t in obj.get("decided_clicks", ())),
+            decided_clicks=tuple(
+                (str(c), int(t), bool(by_imp)) for c, t, by_imp in obj.get("decided_clicks", ())
+            ),
         )
 
 
@@ -151,10 +153,13 @@ def on_click(
         return ClickDecision(Outcome.PENDING, pending=(*pending, click))
     outcome = window.classify(state.impression.event_time_ms, click.event_time_ms)
     attribution = Attribution.of(state.impression, click) if outcome is Outcome.JOINED else None
-    if state.decided(click.click_id):
-        return ClickDecision(Outcome.DUPLICATE_CLICK, attribution=attribution)
+    earlier = state.decision(click.click_id)
+    if earlier is not None:
+        owned = not earlier[2]  # decided when this click arrived, not by the impression
+        return ClickDecision(Outcome.DUPLICATE_CLICK, attribution=attribution if owned else None)
     decided = replace(
-        state, decided_clicks=(*state.decided_clicks, (click.click_id, click.event_time_ms))
+        state,
+        decided_clicks=(*state.decided_clicks, (click.click_id, click.event_time_ms, False)),
     )
     return ClickDecision(outcome, attribution=attribution, impression_state=decided)
 
@@ -168,21 +173,21 @@ def on_impression(
     if state is not None:
         # A replay or a second impression of the auction: the first one stays. Clicks never
         # stay pending next to a stored impression, so nothing new is resolved; the
-        # attributions already made are emitted again (see ImpressionState).
+        # attributions this impression owns are emitted again (see ImpressionState).
         first = state.impression
         again = tuple(
             Attribution.of(first, Click(cid, first.auction_id, t))
-            for cid, t in state.decided_clicks
-            if window.classify(first.event_time_ms, t) is Outcome.JOINED
+            for cid, t, by_impression in state.decided_clicks
+            if by_impression and window.classify(first.event_time_ms, t) is Outcome.JOINED
         )
         return ImpressionDecision(state, attributions=again, duplicate=True)
-    decided: list[tuple[str, int]] = []
+    decided: list[tuple[str, int, bool]] = []
     attributions: list[Attribution] = []
     resolved: list[tuple[Click, Outcome]] = []
     for click in pending:
-        if any(cid == click.click_id for cid, _t in decided):
+        if any(d[0] == click.click_id for d in decided):
             continue
-        decided.append((click.click_id, click.event_time_ms))
+        decided.append((click.click_id, click.event_time_ms, True))
         outcome = window.classify(impression.event_time_ms, click.event_time_ms)
         resolved.append((click, outcome))
         if outcome is Outcome.JOINED:

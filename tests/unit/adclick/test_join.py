@@ -34,7 +34,7 @@ def test_click_after_impression_in_window_is_attributed() -> None:
         "c1", "a1", "campaign-01", 250_000, impression_time_ms=100_000, click_time_ms=103_000
     )
     assert decision.impression_state is not None
-    assert decision.impression_state.decided_clicks == (("c1", 103_000),)
+    assert decision.impression_state.decided_clicks == (("c1", 103_000, False),)
 
 
 def test_window_bounds_are_inclusive() -> None:
@@ -53,12 +53,25 @@ def test_click_before_impression_waits_then_joins() -> None:
     joined = on_impression(WINDOW, None, first.pending, IMP)
     assert [a.click_id for a in joined.attributions] == ["c1"]
     assert joined.resolved == ((click(500), Outcome.JOINED),)
-    # A decided click seen again (a replay) is reported as such and its attribution is
-    # emitted again, identical, since the first emission may not have been delivered.
+    # The impression owns this attribution: replaying the click emits nothing...
     again = on_click(WINDOW, joined.impression_state, (), click(500))
     assert again.outcome is Outcome.DUPLICATE_CLICK
-    assert again.attribution == joined.attributions[0]
+    assert again.attribution is None
     assert again.impression_state is None  # nothing to store
+    # ...replaying the impression emits it once more, identical.
+    replayed = on_impression(WINDOW, joined.impression_state, (), IMP)
+    assert replayed.duplicate
+    assert replayed.attributions == joined.attributions
+
+
+def test_replayed_click_that_joined_on_arrival_emits_its_attribution_again() -> None:
+    state = on_impression(WINDOW, None, (), IMP).impression_state
+    first = on_click(WINDOW, state, (), click(2_000))
+    again = on_click(WINDOW, first.impression_state, (), click(2_000))
+    assert again.outcome is Outcome.DUPLICATE_CLICK
+    assert again.attribution == first.attribution
+    # The impression does not own it: replaying the impression does not emit it.
+    assert on_impression(WINDOW, first.impression_state, (), IMP).attributions == ()
 
 
 def test_pending_late_click_is_counted_late_not_joined() -> None:
@@ -81,20 +94,22 @@ def test_two_distinct_clicks_on_one_auction_are_both_attributed() -> None:
     second = on_click(WINDOW, first.impression_state, (), click(2_000, "c2"))
     assert first.outcome is second.outcome is Outcome.JOINED
     assert second.impression_state is not None
-    assert [cid for cid, _t in second.impression_state.decided_clicks] == ["c1", "c2"]
+    assert [d[0] for d in second.impression_state.decided_clicks] == ["c1", "c2"]
 
 
-def test_second_impression_of_an_auction_keeps_the_first_and_replays_its_attributions() -> None:
-    state = on_impression(WINDOW, None, (), IMP).impression_state
-    joined = on_click(WINDOW, state, (), click(1_000, "in"))
-    late = on_click(WINDOW, joined.impression_state, (), click(11_000, "late"))
+def test_second_impression_of_an_auction_keeps_the_first() -> None:
+    pending = on_click(WINDOW, None, (), click(1_000, "in")).pending
+    assert pending is not None
+    first = on_impression(WINDOW, None, pending, IMP)
+    late = on_click(WINDOW, first.impression_state, (), click(11_000, "late"))
     assert late.outcome is Outcome.LATE
     other = Impression("a1", "campaign-99", 1, IMP.event_time_ms + 5)
     decision = on_impression(WINDOW, late.impression_state, (), other)
     assert decision.duplicate
     assert decision.impression_state.impression == IMP
-    # Only the in-window click is attributed again, to the first impression.
-    assert decision.attributions == (joined.attribution,)
+    # Only the in-window click it resolved is attributed again, to the first impression.
+    assert decision.attributions == first.attributions
+    assert [a.campaign for a in decision.attributions] == ["campaign-01"]
 
 
 def test_late_click_replayed_is_still_not_attributed() -> None:
@@ -153,7 +168,7 @@ def test_live_bucket_list_stays_sorted_without_repeats() -> None:
 
 
 def test_states_round_trip_through_json() -> None:
-    state = ImpressionState(IMP, (("c1", 100_001), ("c2", 100_002)))
+    state = ImpressionState(IMP, (("c1", 100_001, True), ("c2", 100_002, False)))
     assert ImpressionState.from_json(state.to_json()) == state
     pending = (click(1, "c1"), click(2, "c2"))
     assert pending_from_json(pending_to_json(pending)) == pending
