@@ -8,7 +8,7 @@ and hands them here; the result comes back as one `MemberAssignment` per member.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from assignor.metadata_codec import MemberAssignment, MemberMetadata
@@ -101,6 +101,22 @@ def shares_from_result(
             topic_groups=topic_groups,
         )
         for member_id, share in members.items()
+    }
+
+
+def with_global_tables(
+    shares: Mapping[str, MemberAssignment], global_changelogs: Mapping[str, int]
+) -> dict[str, MemberAssignment]:
+    """Every member holds every partition of a global table's changelog active (Faust's rule).
+
+    Global tables are left out of the plan: they are not placed, they are everywhere.
+    """
+    if not global_changelogs:
+        return dict(shares)
+    everything = {topic: list(range(n)) for topic, n in global_changelogs.items()}
+    return {
+        member_id: replace(share, active={**share.active, **everything})
+        for member_id, share in shares.items()
     }
 
 

@@ -49,6 +49,7 @@ from streamapp.group_scenario import (
     kafka_partitions,
     next_generation,
     shares_from_result,
+    with_global_tables,
 )
 from streamapp.settings import StreamappSettings
 from streamapp.stock_faust import REFUSAL, stock_faust_url, stock_refusal
@@ -146,8 +147,14 @@ class StreamappPartitionAssignor(PartitionAssignor):
         facts: dict[str, MemberFacts] = {}
         urls: dict[str, str] = {}
         refused: dict[str, str] = {}
+        # Global tables' changelogs are not planned: every member holds all of them.
+        global_topics = {
+            table.changelog_topic.get_topic_name()
+            for table in self.app.tables.values()
+            if table.is_global
+        }
         for member_id, protocol_metadata in member_metadata.items():
-            subscription = list(protocol_metadata.subscription)
+            subscription = [t for t in protocol_metadata.subscription if t not in global_topics]
             try:
                 decoded: MemberMetadata | None = decode_metadata(protocol_metadata.user_data)
             except StockFaustMetadataError:
@@ -184,7 +191,14 @@ class StreamappPartitionAssignor(PartitionAssignor):
             ),
         )
         result = assignor.plan(scenario, strategy=self.strategy)
-        shares = shares_from_result(result, generation=next_generation(facts.values()), urls=urls)
+        shares = with_global_tables(
+            shares_from_result(result, generation=next_generation(facts.values()), urls=urls),
+            {
+                t: count
+                for t in global_topics
+                if (count := len(cluster.partitions_for_topic(t) or ()))
+            },
+        )
         logger.info(
             "streamapp: planned generation %s for %d member(s): %s",
             next(iter(shares.values())).generation if shares else "-",

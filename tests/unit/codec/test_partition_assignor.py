@@ -159,3 +159,25 @@ def test_stock_faust_member_is_refused_with_what_to_do(
     # The stock worker's own on_assignment rejects its share, saying what to do.
     with pytest.raises(AssertionError, match="streamapp worker -A"):
         stock_assignor.on_assignment(out["m-stock"])
+
+
+def test_global_tables_are_everywhere_and_not_planned(tmp_path: Path) -> None:
+    app = faust.App(
+        "sa-global",
+        store="rocksdb://",
+        datadir=str(tmp_path),
+        PartitionAssignor=StreamappPartitionAssignor,
+    )
+    app.GlobalTable("settings", default=int, partitions=3)
+    assignor = _assignor(app)
+    assignor.strategy = "sticky"
+    topics = ["words", "sa-global-settings-changelog"]
+    other = encode_metadata(MemberMetadata(client_id="w2", url="http://w2:1"))
+    out = assignor.assign(
+        Cluster({"words": 2, "sa-global-settings-changelog": 3}),
+        {"m-1": assignor.metadata(set(topics)), "m-2": _metadata(other, topics)},
+    )
+    shares = {m: decode_assignment(a.user_data) for m, a in out.items()}
+    for share in shares.values():
+        assert share.active["sa-global-settings-changelog"] == [0, 1, 2]
+    assert sorted(p for s in shares.values() for p in s.active.get("words", [])) == [0, 1]
