@@ -1,0 +1,176 @@
+"""Membership changes converge to a stable, balanced assignment within a bound.
+
+Modelled on Kafka Streams' TaskAssignorConvergenceTest: a group lives through
+a random sequence of events (a member leaves, a member restarts under a new
+member id with its state on disk, an empty member joins). After each event it
+rebalances, applying every result (standbys and warmups catch up between
+rounds), until a result asks for no follow-up.
+
+The bound: every follow-up round started by warmups moves at least one
+held-back task onto a member that has caught up meanwhile, and at most
+``max_warmup_replicas`` warm up per round, so with ``T`` stateful tasks the
+group settles within ``ceil(T / max_warmup_replicas) + 2`` rounds per event
+(one to decide, one spare); the cooperative protocol needs at most one extra
+round per round to revoke, so twice that.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from assignor import plan
+
+Scenario = dict[str, Any]
+Result = dict[str, Any]
+
+
+def topology(draw: st.DrawFn) -> tuple[dict[str, int], list[str]]:
+    topics: dict[str, int] = {}
+    changelogs: list[str] = []
+    for i in range(draw(st.integers(1, 2))):
+        count = draw(st.integers(1, 12))
+        topics[f"s{i}"] = count
+        if draw(st.booleans()) or i == 0:
+            topics[f"s{i}-changelog"] = count
+            changelogs.append(f"s{i}-changelog")
+    return topics, changelogs
+
+
+@st.composite
+def lives(draw: st.DrawFn) -> tuple[Scenario, list[tuple[str, int]]]:
+    topics, changelogs = topology(draw)
+    members = {
+        f"m{i}": {"client_id": f"c{i}", "host": f"h{i}", "subscription": sorted(topics)}
+        for i in range(draw(st.integers(1, 6)))
+    }
+    scenario: Scenario = {
+        "topics": topics,
+        "changelog_topics": changelogs,
+        "num_standbys": draw(st.integers(0, 1)),
+        "acceptable_recovery_lag": draw(st.sampled_from([0, 100])),
+        "max_warmup_replicas": draw(st.integers(1, 2)),
+        "protocol": draw(st.sampled_from(["eager", "cooperative"])),
+        "end_offsets": {c: {str(p): 1_000 for p in range(topics[c])} for c in changelogs},
+        "members": members,
+    }
+    events = draw(
+        st.lists(
+            st.tuples(st.sampled_from(["leave", "restart", "join"]), st.integers(0, 99)),
+            min_size=1,
+            max_size=6,
+        )
+    )
+    return scenario, events
+
+
+def apply(result: Result, scenario: Scenario) -> Scenario:
+    """The next round: the result in force, every replica caught up meanwhile."""
+    nxt = copy.deepcopy(scenario)
+    ends = scenario["end_offsets"]
+    for member_id, member in nxt["members"].items():
+        share = result["members"][member_id]
+        member["generation"] = member.get("generation", 0) + 1
+        member["owned_active"] = copy.deepcopy(share["active"])
+        member["owned_standby"] = copy.deepcopy(share["standby"])
+        offsets = member.setdefault("offsets", {})
+        for placement in (share["active"], share["standby"], share["warmup"]):
+            for topic, partitions in placement.items():
+                if topic in ends:
+                    for p in partitions:
+                        offsets.setdefault(topic, {})[str(p)] = ends[topic][str(p)]
+    return nxt
+
+
+def happen(scenario: Scenario, event: tuple[str, int], serial: int) -> Scenario:
+    kind, pick = event
+    nxt = copy.deepcopy(scenario)
+    members = nxt["members"]
+    ids = sorted(members)
+    if kind == "join" or not ids:
+        members[f"joined-{serial}"] = {
+            "client_id": f"joined-{serial}",
+            "host": f"hj{serial}",
+            "subscription": sorted(nxt["topics"]),
+        }
+    elif kind == "leave":
+        del members[ids[pick % len(ids)]]
+    else:  # restart: same client and disk, new member id, owns nothing
+        old_id = ids[pick % len(ids)]
+        old = members.pop(old_id)
+        members[f"{old_id}-r{serial}"] = {
+            "client_id": old["client_id"],
+            "host": old["host"],
+            "subscription": old["subscription"],
+            "offsets": old.get("offsets", {}),
+        }
+    return nxt
+
+
+def bound(scenario: Scenario) -> int:
+    stateful = sum(scenario["topics"][c] for c in scenario["changelog_topics"])
+    rounds = math.ceil(stateful / scenario["max_warmup_replicas"]) + 2
+    return rounds * (2 if scenario.get("protocol") == "cooperative" else 1)
+
+
+def assert_stable_and_balanced(result: Result) -> None:
+    stats = result["stats"]
+    assert result["followup_rebalance"] is False
+    assert result["revoking"] == {}
+    assert stats["warmups"] == 0
+    assert stats["standbys_missing"] == 0
+    assert stats["max_active_spread"] <= 1
+    assert stats["max_group_active_spread"] <= 1
+
+
+def settle(scenario: Scenario) -> tuple[Scenario, Result, int]:
+    limit = bound(scenario)
+    for rounds in range(1, limit + 1):
+        result = plan(scenario)
+        scenario = apply(result, scenario)
+        if not result["followup_rebalance"]:
+            return scenario, result, rounds
+    raise AssertionError(f"no stable assignment within {limit} rounds")
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(lives())
+def test_membership_changes_converge_within_the_bound(life: tuple[Scenario, list[Any]]) -> None:
+    scenario, events = life
+    scenario, result, _ = settle(scenario)
+    assert_stable_and_balanced(result)
+    for serial, event in enumerate(events):
+        scenario = happen(scenario, event, serial)
+        scenario, result, _ = settle(scenario)
+        assert_stable_and_balanced(result)
+        # Stable means stable: one more round changes nothing.
+        assert plan(scenario)["members"] == result["members"]
+
+
+def test_scale_out_by_warmups_takes_the_rounds_the_bound_allows() -> None:
+    """Three loaded workers, one empty joiner, one warmup at a time: the joiner
+    gets its share one task per round, which is what the bound counts."""
+    topics = {"s0": 6, "s0-changelog": 6}
+    scenario: Scenario = {
+        "topics": topics,
+        "changelog_topics": ["s0-changelog"],
+        "num_standbys": 0,
+        "acceptable_recovery_lag": 0,
+        "max_warmup_replicas": 1,
+        "end_offsets": {"s0-changelog": {str(p): 500 for p in range(6)}},
+        "members": {
+            f"m{i}": {"client_id": f"c{i}", "subscription": sorted(topics)} for i in range(2)
+        },
+    }
+    scenario, _, _ = settle(scenario)
+    scenario = happen(scenario, ("join", 0), 0)
+    scenario, result, rounds = settle(scenario)
+    assert_stable_and_balanced(result)
+    joiner = result["members"]["joined-0"]["active"]["s0"]
+    assert len(joiner) == 2
+    assert rounds == 3  # two warmups, one at a time, then the settled round
+    assert rounds <= bound(scenario)
