@@ -1,0 +1,101 @@
+"""`python -m assignor plan`: JSON and table output, one-line errors, exit 2."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from assignor.cli import main
+
+REPO = Path(__file__).resolve().parents[3]
+SCENARIO = {
+    "topics": {"orders": 4, "orders-changelog": 4},
+    "changelog_topics": ["orders-changelog"],
+    "num_standbys": 1,
+    "members": {
+        "m-a": {
+            "client_id": "worker-a",
+            "host": "host-a",
+            "subscription": ["orders", "orders-changelog"],
+        },
+        "m-b": {
+            "client_id": "worker-b",
+            "host": "host-b",
+            "subscription": ["orders", "orders-changelog"],
+        },
+    },
+}
+
+
+def _write(tmp_path: Path, content: str) -> str:
+    path = tmp_path / "scenario.json"
+    path.write_text(content)
+    return str(path)
+
+
+def test_json_output_is_the_plan(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", _write(tmp_path, json.dumps(SCENARIO))]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["strategy"] == "stateful"
+    actives = [result["members"][m]["active"]["orders"] for m in ("m-a", "m-b")]
+    assert sorted(p for ps in actives for p in ps) == [0, 1, 2, 3]
+    assert [len(ps) for ps in actives] == [2, 2]
+
+
+def test_table_shows_members_groups_and_stats(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["plan", _write(tmp_path, json.dumps(SCENARIO)), "--format", "table"]) == 0
+    out = capsys.readouterr().out
+    header, _rule, row_a, row_b = out.splitlines()[:4]
+    assert header.split() == ["member", "client", "host", "g0", "active", "standby", "warmup"]
+    assert row_a.split() == ["m-a", "worker-a", "host-a", "2", "2", "2", "0"]
+    assert row_b.split() == ["m-b", "worker-b", "host-b", "2", "2", "2", "0"]
+    assert "g0: 4 tasks, stateful: orders, orders-changelog" in out
+    assert "standbys_missing: 0" in out and "moved_active: 0" in out
+
+
+def test_strategy_option_and_stdin(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(sys, "stdin", io.StringIO(json.dumps(SCENARIO)))
+    assert main(["plan", "-", "--strategy", "faust"]) == 0
+    assert json.loads(capsys.readouterr().out)["strategy"] == "faust"
+
+
+@pytest.mark.parametrize(
+    ("content", "args", "expected"),
+    [
+        ("{not json", [], "not valid JSON"),
+        ("[1]", [], "scenario: must be a JSON object"),
+        (json.dumps({**SCENARIO, "topics": {"orders": 0}}), [], "topics.orders: partition count"),
+        (json.dumps(SCENARIO), ["--strategy", "nope"], "strategy: unknown strategy 'nope'"),
+        (json.dumps(SCENARIO), ["--format", "xml"], "argument --format: invalid choice"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str, args: list[str], expected: str
+) -> None:
+    assert main(["plan", _write(tmp_path, content), *args]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.count("\n") == 1
+    assert expected in captured.err
+
+
+def test_missing_file_through_python_dash_m(tmp_path: Path) -> None:
+    run = subprocess.run(
+        [sys.executable, "-m", "assignor", "plan", str(tmp_path / "absent.json")],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        check=False,
+    )
+    assert run.returncode == 2
+    assert run.stderr.count("\n") == 1 and "cannot read" in run.stderr
+    assert "Traceback" not in run.stderr
