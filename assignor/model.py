@@ -256,24 +256,55 @@ def _check_declared_groups(groups: list[list[str]], topics: Mapping[str, int]) -
             )
 
 
+def _is_plain_count(value: object) -> bool:
+    # type() rather than isinstance: bool is an int subclass but never a count.
+    return type(value) is int and value >= 0
+
+
+def _partition_numbers(raw: object, path: str) -> list[int]:
+    partitions = _list(raw, path)
+    if all(_is_plain_count(p) for p in partitions):  # the fast, common case
+        return list(partitions)
+    return [
+        _integer(p, f"{path}[{i}]", minimum=0, what="partition") for i, p in enumerate(partitions)
+    ]
+
+
 def _parse_ownership(
     raw: object, path: str, topics: Mapping[str, int], stale: _StaleCounter
 ) -> Ownership:
-    owned: dict[str, set[int]] = {}
+    owned: Ownership = {}
     for topic, partitions in _mapping(raw, path).items():
         topic = _string(topic, path)
-        topic_path = _join(path, topic)
-        numbers = [
-            _integer(p, f"{topic_path}[{i}]", minimum=0, what="partition")
-            for i, p in enumerate(_list(partitions, topic_path))
-        ]
+        numbers = _partition_numbers(partitions, _join(path, topic))
         count = topics.get(topic)
-        for number in numbers:
-            if count is None or number >= count:
-                stale.count += 1
-            else:
-                owned.setdefault(topic, set()).add(number)
-    return {topic: tuple(sorted(ps)) for topic, ps in sorted(owned.items())}
+        if count is None:
+            stale.count += len(numbers)
+            continue
+        live = {n for n in numbers if n < count}
+        stale.count += sum(1 for n in set(numbers) if n >= count)
+        if live:
+            owned[topic] = tuple(sorted(live))
+    return dict(sorted(owned.items()))
+
+
+def _offset_entries(raw: Mapping[Any, Any], path: str) -> dict[int, int]:
+    try:  # the fast, common case: "0": 1500, ...
+        entries = {int(k, 10): v for k, v in raw.items()}
+        if (
+            len(entries) == len(raw)
+            and all(_is_plain_count(v) for v in entries.values())
+            and all(k >= 0 for k in entries)
+        ):
+            return entries
+    except (TypeError, ValueError):
+        pass
+    checked: dict[int, int] = {}
+    for key, offset in raw.items():
+        entry_path = f"{path}.{key}"
+        number = _partition_key(key, entry_path)
+        checked[number] = _integer(offset, entry_path, minimum=0, what="offset")
+    return checked
 
 
 def _parse_offsets(
@@ -283,15 +314,15 @@ def _parse_offsets(
     for topic, by_partition in _mapping(raw, path).items():
         topic = _string(topic, path)
         topic_path = _join(path, topic)
+        entries = _offset_entries(_mapping(by_partition, topic_path), topic_path)
         count = topics.get(topic)
-        for key, offset in _mapping(by_partition, topic_path).items():
-            entry_path = f"{topic_path}.{key}"
-            number = _partition_key(key, entry_path)
-            value = _integer(offset, entry_path, minimum=0, what="offset")
-            if count is None or number >= count:
-                stale.count += 1
-            else:
-                offsets.setdefault(topic, {})[number] = value
+        if count is None:
+            stale.count += len(entries)
+            continue
+        live = {p: o for p, o in entries.items() if p < count}
+        stale.count += len(entries) - len(live)
+        if live:
+            offsets[topic] = live
     return offsets
 
 

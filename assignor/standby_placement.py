@@ -30,6 +30,7 @@ from assignor.model import Scenario
 __all__ = ["StandbyPlacement", "place_standbys"]
 
 TierOf = Callable[[Task, int], int]
+_NO_LAGS: dict[int, int] = {}
 BestTier = Callable[[Task], int]
 
 
@@ -157,15 +158,21 @@ def place_standbys(
                 blocked[task] = warmups[task]
             used_hosts[task] = {domains.host[active]} if active != -1 else set()
             used_racks[task] = {domains.rack[active]} if active != -1 else set()
-            lags = facts.state_lag.get(task, {})
-            preferred = sorted(
-                facts.previous_standbys.get(task, ()), key=lambda m: (lags.get(m, 0), m)
-            )
+            lags = facts.state_lag.get(task, _NO_LAGS)
+            before = facts.previous_standbys.get(task, ())
+            # Sorting one-element lists is most of the work at scale: skip it.
+            if len(before) > 1:
+                preferred = sorted(before, key=lambda m: (lags.get(m, 0), m))
+            else:
+                preferred = list(before)
             if previous_owner[p] != -1:
                 preferred.append(previous_owner[p])
             if task in warming:
                 preferred.append(warming[task])
-            preferred.extend(sorted(lags, key=lambda m: (lags[m], m)))
+            if len(lags) > 1:
+                preferred.extend(sorted(lags, key=lambda m: (lags[m], m)))
+            else:
+                preferred.extend(lags)
             for m in preferred:
                 if len(chosen[task]) == k:
                     break
@@ -183,28 +190,26 @@ def place_standbys(
     # 2. Fill the gaps from the least loaded members.
     heap = [(counts.key(m), m) for m in everyone if counts.can_take(m)]
     heapq.heapify(heap)
-    for g, k in wanted.items():
-        for p in range(groups[g].partitions):
-            task = (g, p)
-            excluded = (owners[g][p], blocked.get(task, -1))
-            while len(chosen[task]) < k:
-                pick = _pop_best(
-                    heap, counts, task, excluded, eligible[g], chosen[task], tier, best_tier
-                )
-                if pick == -1:
-                    pick = _least_loaded_anyway(
-                        task, excluded, eligible[g], chosen[task], tier, counts
-                    )
-                if pick == -1 and task in blocked and blocked[task] not in chosen[task]:
-                    # The member warming up is the only replica left: it holds
-                    # the standby instead, which replays just the same.
-                    pick = blocked.pop(task)
-                    converted.add(task)
-                if pick == -1:
-                    break
-                accept(task, pick)
-                if counts.can_take(pick):
-                    heapq.heappush(heap, (counts.key(pick), pick))
+    for task in _interleaved_by_owner(wanted, groups, owners, chosen):
+        g, p = task
+        k = wanted[g]
+        excluded = (owners[g][p], blocked.get(task, -1))
+        while len(chosen[task]) < k:
+            pick = _pop_best(
+                heap, counts, task, excluded, eligible[g], chosen[task], tier, best_tier
+            )
+            if pick == -1:
+                pick = _least_loaded_anyway(task, excluded, eligible[g], chosen[task], tier, counts)
+            if pick == -1 and task in blocked and blocked[task] not in chosen[task]:
+                # The member warming up is the only replica left: it holds
+                # the standby instead, which replays just the same.
+                pick = blocked.pop(task)
+                converted.add(task)
+            if pick == -1:
+                break
+            accept(task, pick)
+            if counts.can_take(pick):
+                heapq.heappush(heap, (counts.key(pick), pick))
 
     # 3. The sticky pass may have spent the leftover slots before a member
     #    that cannot hold some task's standby (it is active or warming up for
@@ -212,6 +217,31 @@ def place_standbys(
     _repair_balance(chosen, counts, owners, blocked, eligible, domains)
     placed = {task: members for task, members in chosen.items() if members}
     return StandbyPlacement(standbys=placed, warmups_as_standby=converted)
+
+
+def _interleaved_by_owner(
+    wanted: dict[int, int],
+    groups: list[Group],
+    owners: list[list[int]],
+    chosen: dict[Task, list[int]],
+) -> list[Task]:
+    """Tasks still short of standbys, one per active member in turn.
+
+    Consecutive tasks then have different actives (and domains), so a member
+    the heap skips for one task usually fits the next, instead of being
+    popped and pushed back for a whole run of tasks of the same active.
+    """
+    by_owner: dict[int, list[Task]] = {}
+    for g, k in wanted.items():
+        for p, owner in enumerate(owners[g]):
+            if len(chosen[(g, p)]) < k:
+                by_owner.setdefault(owner, []).append((g, p))
+    queues = [by_owner[m] for m in sorted(by_owner)]
+    ordered: list[Task] = []
+    depth = max((len(q) for q in queues), default=0)
+    for i in range(depth):
+        ordered.extend(q[i] for q in queues if i < len(q))
+    return ordered
 
 
 def _repair_balance(

@@ -29,15 +29,10 @@ STANDBYS = 1
 END_OFFSET = 5_000
 
 
-def _split(tasks: int) -> tuple[int, int]:
-    """A stateful group (table source + changelog) and a stateless one, 60/40."""
-    stateful = tasks * 6 // 10
-    return stateful, tasks - stateful
-
-
 def scenario(tasks: int, members: int) -> dict[str, Any]:
-    stateful, stateless = _split(tasks)
-    topics = {"orders": stateful, "orders-changelog": stateful, "clicks": stateless}
+    """One table: its source topic and changelog, co-partitioned; every task stateful."""
+    stateful = tasks
+    topics = {"orders": stateful, "orders-changelog": stateful}
     return {
         "topics": topics,
         "changelog_topics": ["orders-changelog"],
