@@ -121,7 +121,10 @@ def format_table(result: dict[str, Any], scenario: dict[str, Any]) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status (see module docs)."""
     try:
-        args = _parser().parse_args(argv)
+        try:
+            args = _parser().parse_args(argv)
+        except SystemExit as done:  # --help: argparse printed it and wants out
+            return done.code if isinstance(done.code, int) else 0
         scenario = _read(args.file)
         result = plan(scenario, strategy=args.strategy)
     except (_UsageError, ScenarioError) as exc:

@@ -99,3 +99,27 @@ def test_missing_file_through_python_dash_m(tmp_path: Path) -> None:
     assert run.returncode == 2
     assert run.stderr.count("\n") == 1 and "cannot read" in run.stderr
     assert "Traceback" not in run.stderr
+
+
+@pytest.mark.parametrize("strategy", ["stateful", "faust"])
+def test_same_answer_whatever_the_hash_seed(tmp_path: Path, strategy: str) -> None:
+    """Rule 8 across processes: set iteration order must not leak into results."""
+    scenario = REPO.parent / "shared" / "scenarios" / "adclick-scale-out.json"
+    outputs = []
+    for seed in ("1", "2"):
+        run = subprocess.run(
+            [sys.executable, "-m", "assignor", "plan", str(scenario), "--strategy", strategy],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            check=True,
+            env={"PYTHONHASHSEED": seed, "PATH": "/usr/bin:/bin"},
+        )
+        outputs.append(run.stdout)
+    assert outputs[0] == outputs[1]
+    assert json.loads(outputs[0])["strategy"] == strategy
+
+
+def test_help_returns_instead_of_exiting(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", "--help"]) == 0
+    assert "--strategy" in capsys.readouterr().out
