@@ -189,6 +189,7 @@ def run_demo(args: argparse.Namespace) -> DemoResult:
     data_dir.mkdir(parents=True, exist_ok=True)
     broker = None
     workers: list[Worker] = []
+    succeeded = False
     try:
         bootstrap = args.bootstrap
         if bootstrap is None:
@@ -247,6 +248,7 @@ def run_demo(args: argparse.Namespace) -> DemoResult:
         )
         seconds["spark"] = time.monotonic() - t
         seconds["total"] = time.monotonic() - started
+        succeeded = True
         return DemoResult(
             events=produced.records,
             truth=produced.truth,
@@ -263,8 +265,10 @@ def run_demo(args: argparse.Namespace) -> DemoResult:
         stop_all(workers)
         if broker is not None:
             broker.stop()
-        if own_dir:
+        if own_dir and succeeded:
             shutil.rmtree(data_dir, ignore_errors=True)
+        elif not succeeded:
+            say(f"worker and broker logs kept in {data_dir}")
 
 
 def print_summary(result: DemoResult) -> None:
