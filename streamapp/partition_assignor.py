@@ -52,16 +52,23 @@ from streamapp.group_scenario import (
     with_global_tables,
 )
 from streamapp.settings import StreamappSettings
-from streamapp.stock_faust import REFUSAL, stock_faust_url, stock_refusal
 from tables.identity import load_or_create_client_id
 from tables.inventory import LocalStateInventory
 from tables.ownership import Ownership, load_ownership, save_ownership
 
 logger = logging.getLogger(__name__)
 
-#: The group protocol name. Distinct from stock Faust's ("faust"): a stock worker's assignor
-#: never decides for streamapp members (see `streamapp.stock_faust` for how one is refused).
+#: The group protocol name. Distinct from stock Faust's ("faust"), so the broker refuses a
+#: stock-Faust worker that tries to join (InconsistentGroupProtocolError, fatal for it) and
+#: a stock assignor never decides for streamapp members. (Offering "faust" as a second protocol,
+#: to refuse such a worker ourselves with a message, is not possible on aiokafka 0.14: it sends
+#: one JoinGroup per assignor, and the group never settles.)
 PROTOCOL_NAME = "streamapp"
+
+STOCK_FAUST_REFUSED = (
+    "member {member} runs stock Faust's PartitionAssignor and was given no partitions: "
+    "run it with `streamapp worker -A MODULE:APP` (a streamapp.App), or give it another app id"
+)
 
 
 class StreamappPartitionAssignor(PartitionAssignor):
@@ -146,7 +153,7 @@ class StreamappPartitionAssignor(PartitionAssignor):
     ) -> dict[str, ConsumerProtocolMemberAssignment]:
         facts: dict[str, MemberFacts] = {}
         urls: dict[str, str] = {}
-        refused: dict[str, str] = {}
+        refused: list[str] = []
         # Global tables' changelogs are not planned: every member holds all of them.
         global_topics = {
             table.changelog_topic.get_topic_name()
@@ -158,8 +165,8 @@ class StreamappPartitionAssignor(PartitionAssignor):
             try:
                 decoded: MemberMetadata | None = decode_metadata(protocol_metadata.user_data)
             except StockFaustMetadataError:
-                self._warn_once(member_id, f"member {member_id}: {REFUSAL}")
-                refused[member_id] = stock_faust_url(protocol_metadata.user_data)
+                self._warn_once(member_id, STOCK_FAUST_REFUSED.format(member=member_id))
+                refused.append(member_id)
                 continue
             except MetadataError as exc:
                 self._warn_once(
@@ -211,8 +218,10 @@ class StreamappPartitionAssignor(PartitionAssignor):
             )
             for member_id, share in shares.items()
         }
-        for member_id, url in refused.items():
-            out[member_id] = stock_refusal(self.version, url)
+        for member_id in refused:
+            out[member_id] = ConsumerProtocolMemberAssignment(
+                self.version, [], encode_assignment(MemberAssignment(generation=-1))
+            )
         return out
 
     def _warn_once(self, member_id: str, message: str) -> None:

@@ -4,8 +4,7 @@ Faust's ``AIOKafkaConsumerThread._create_worker_consumer`` hands aiokafka the ap
 when the app has changelog tables or standby replicas, and aiokafka's round robin otherwise. A
 streamapp group must speak one protocol whatever each app defines (a worker with round robin
 would be refused by the group, or would ignore co-partitioning and stickiness), so the choice is
-overridden here after Faust built the consumer (it is not started yet, so nothing used it), and
-`StockFaustRefuser` is offered second (see `streamapp.stock_faust`).
+overridden here after Faust built the consumer (it is not started yet, so nothing used it).
 """
 
 from __future__ import annotations
@@ -15,21 +14,14 @@ from typing import Any
 import aiokafka
 from faust.transport.drivers import aiokafka as faust_aiokafka
 
-from streamapp.partition_assignor import StreamappPartitionAssignor
-from streamapp.stock_faust import StockFaustRefuser
-
 
 class ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
     def _create_worker_consumer(self, transport: Any) -> aiokafka.AIOKafkaConsumer:
         consumer = super()._create_worker_consumer(transport)
-        assignor = self.app.assignor
-        self._assignor = assignor
-        strategies: list[Any] = [assignor]
-        if isinstance(assignor, StreamappPartitionAssignor):
-            # Second choice, so that a stock-Faust worker joining is refused by us, with words.
-            strategies.append(StockFaustRefuser(assignor))
-        # aiokafka 0.14 reads this in start() to build its GroupCoordinator.
-        consumer._partition_assignment_strategy = strategies
+        if self._assignor is not self.app.assignor:
+            self._assignor = self.app.assignor
+            # aiokafka 0.14 reads this in start() to build its GroupCoordinator.
+            consumer._partition_assignment_strategy = [self._assignor]
         return consumer
 
 
