@@ -10,7 +10,10 @@ table's contents (``/latest/``, each worker's active partitions).
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -20,9 +23,14 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from .workers import WorkerProcess
+from streamapp.kafka.probe import free_port
+
+from .workers import REPO_ROOT, WorkerProcess
 
 APP = "tests.integration.apps.rebalance:app"
+STOCK_APP = "tests.integration.apps.stock_faust:app"
+#: What the broker tells a stock-Faust worker, whose only protocol ("faust") is not ours.
+STOCK_REFUSED = "InconsistentGroupProtocolError"
 TOPIC = "it-rebalance-events"
 PARTITIONS = 6  # the app's default
 CHANGELOG = "it-rebalance-latest-changelog"
@@ -258,6 +266,51 @@ def test_scale_out_warms_up_first_and_never_replays_a_full_changelog(group: Grou
         for entry in group.view(name)["history"]:
             worst = max(_replayed(entry).values(), default=0)
             assert worst <= ACCEPTABLE_LAG, (name, entry)
+
+
+def test_stock_faust_worker_is_refused_and_the_group_carries_on(group: Group) -> None:
+    before = group.actives()
+    log_path = group.root / "stock-faust.log"
+    with log_path.open("wb") as log:
+        stock = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "faust",
+                "-A",
+                STOCK_APP,
+                "worker",
+                "-l",
+                "info",
+                "--web-port",
+                str(free_port()),
+                "--web-host",
+                "127.0.0.1",
+            ],
+            cwd=REPO_ROOT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env={
+                **os.environ,
+                "BROKER_URL": f"kafka://{group.bootstrap}",
+                "APP_DATADIR": str(group.root / "stock-faust"),
+            },
+        )
+    try:
+        # Refused by the broker at JoinGroup: it never gets into the group.
+        deadline = time.monotonic() + 90
+        while STOCK_REFUSED not in log_path.read_text(errors="replace"):
+            assert time.monotonic() < deadline, log_path.read_text(errors="replace")[-3000:]
+            assert stock.poll() is None, log_path.read_text(errors="replace")[-3000:]
+            time.sleep(0.5)
+    finally:
+        stock.kill()
+        stock.wait()
+    group.wait("the group to settle without the stock worker", group.settled)
+    assert group.actives() == before
+    for name in group.workers:
+        assert max(_replayed(group.view(name)["history"][-1]).values(), default=0) == 0
 
 
 def test_table_contents_are_exactly_right(group: Group) -> None:
