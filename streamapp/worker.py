@@ -114,7 +114,9 @@ def run_worker(args: argparse.Namespace) -> int:
         return 2
     from faust.cli.faust import cli as faust_cli
 
-    faust_args = ["-A", args.app, "worker", "-l", args.loglevel, "--web-host", args.web_host]
+    # Faust spells the level "warn"; ours follows Python's logging names.
+    loglevel = "warn" if args.loglevel == "warning" else args.loglevel
+    faust_args = ["-A", args.app, "worker", "-l", loglevel, "--web-host", args.web_host]
     if args.web_port is not None:
         faust_args += ["--web-port", str(args.web_port)]
     try:

@@ -242,7 +242,15 @@ class LocalKafka:
 
     def _format_storage(self, jvm: list[str], config: Path) -> None:
         result = subprocess.run(
-            [*jvm, "kafka.tools.StorageTool", "format", "-t", _cluster_id(), "-c", str(config)],
+            [
+                *jvm,
+                "kafka.tools.StorageTool",
+                "format",
+                # One token: a base64 id may start with '-', which argparse takes for an option.
+                f"--cluster-id={_cluster_id()}",
+                "-c",
+                str(config),
+            ],
             capture_output=True,
             text=True,
             check=False,

@@ -5,12 +5,14 @@ from __future__ import annotations
 import subprocess
 import sys
 import uuid
+from pathlib import Path
 
+import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from streamapp.kafka import LocalKafka, broker_status
-from streamapp.kafka.probe import broker_answers_metadata
+from streamapp.kafka.probe import broker_answers_metadata, free_port
 
 
 async def test_produce_consume_round_trip(kafka_bootstrap: str) -> None:
@@ -60,7 +62,7 @@ def test_broker_binds_loopback_and_is_found_again(kafka_broker: LocalKafka) -> N
     assert f"listeners=PLAINTEXT://127.0.0.1:{kafka_broker.port}," in props
 
 
-def test_cli_status_and_port_taken(kafka_broker: LocalKafka, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_cli_status_and_port_taken(kafka_broker: LocalKafka, tmp_path: Path) -> None:
     status = subprocess.run(
         [sys.executable, "-m", "streamapp", "kafka", "status", "--port", str(kafka_broker.port)],
         capture_output=True,
@@ -95,3 +97,17 @@ def test_cli_status_and_port_taken(kafka_broker: LocalKafka, tmp_path) -> None: 
     assert taken.returncode == 1
     lines = taken.stderr.strip().splitlines()
     assert lines[-1].startswith("streamapp kafka start: port ") and "taken" in lines[-1]
+
+
+def test_a_cluster_id_starting_with_a_dash_formats(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # One in 64 random ids starts with '-'; the storage tool must not read it as an option.
+    monkeypatch.setattr("streamapp.kafka.broker._cluster_id", lambda: "-" + "A" * 21)
+    broker = LocalKafka(port=free_port(), data_dir=tmp_path / "dash")
+    try:
+        assert broker.start() == broker.bootstrap
+        assert "cluster.id=-AAAA" in (tmp_path / "dash" / "log" / "meta.properties").read_text()
+    finally:
+        broker.stop()
+    assert broker_status(broker.port) is None
