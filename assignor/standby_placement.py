@@ -20,7 +20,7 @@ filled from a heap of members by standby load.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from assignor.facts import Task, TaskFacts
@@ -147,9 +147,26 @@ def place_standbys(
         used_hosts[task].add(domains.host[m])
         used_racks[task].add(domains.rack[m])
 
-    # 1. Sticky: previous standbys, then members with the task's state on disk.
+    def offer(task: Task, candidates: Iterable[int], k: int) -> None:
+        g = task[0]
+        active = owners[g][task[1]]
+        for m in candidates:
+            if len(chosen[task]) == k:
+                return
+            if (
+                m == active
+                or m == blocked.get(task)
+                or m in chosen[task]
+                or m not in eligible[g]
+                or tier(task, m) != best_tier(task)
+                or not counts.can_take(m)
+            ):
+                continue
+            accept(task, m)
+
+    # 1a. Sticky: every task's previous standbys first, so that a member with
+    #     an old copy on disk cannot use up the count a previous standby needs.
     for g, k in wanted.items():
-        previous_owner = facts.previous_owner[g]
         for p in range(groups[g].partitions):
             task = (g, p)
             active = owners[g][p]
@@ -158,34 +175,35 @@ def place_standbys(
                 blocked[task] = warmups[task]
             used_hosts[task] = {domains.host[active]} if active != -1 else set()
             used_racks[task] = {domains.rack[active]} if active != -1 else set()
-            lags = facts.state_lag.get(task, _NO_LAGS)
-            before = facts.previous_standbys.get(task, ())
-            # Sorting one-element lists is most of the work at scale: skip it.
-            if len(before) > 1:
-                preferred = sorted(before, key=lambda m: (lags.get(m, 0), m))
-            else:
-                preferred = list(before)
-            if previous_owner[p] != -1:
-                preferred.append(previous_owner[p])
+            before = facts.previous_standbys.get(task)
+            if before:
+                lags = facts.state_lag.get(task, _NO_LAGS)
+                # Sorting one-element lists is most of the work at scale: skip it.
+                offer(
+                    task,
+                    sorted(before, key=lambda m: (lags.get(m, 0), m))
+                    if len(before) > 1
+                    else before,
+                    k,
+                )
+
+    # 1b. Then members with the task's state on disk: its previous active, the
+    #     member it is held back for, others by lag.
+    for g, k in wanted.items():
+        previous_owner = facts.previous_owner[g]
+        for p in range(groups[g].partitions):
+            task = (g, p)
+            if len(chosen[task]) == k:
+                continue
+            preferred = [previous_owner[p]] if previous_owner[p] != -1 else []
             if task in warming:
                 preferred.append(warming[task])
+            lags = facts.state_lag.get(task, _NO_LAGS)
             if len(lags) > 1:
                 preferred.extend(sorted(lags, key=lambda m: (lags[m], m)))
             else:
                 preferred.extend(lags)
-            for m in preferred:
-                if len(chosen[task]) == k:
-                    break
-                if (
-                    m == active
-                    or m == blocked.get(task)
-                    or m in chosen[task]
-                    or m not in eligible[g]
-                    or tier(task, m) != best_tier(task)
-                    or not counts.can_take(m)
-                ):
-                    continue
-                accept(task, m)
+            offer(task, preferred, k)
 
     # 2. Fill the gaps from the least loaded members.
     heap = [(counts.key(m), m) for m in everyone if counts.can_take(m)]
@@ -211,9 +229,9 @@ def place_standbys(
             if counts.can_take(pick):
                 heapq.heappush(heap, (counts.key(pick), pick))
 
-    # 3. The sticky pass may have spent the leftover slots before a member
+    # 3. The sticky passes may have spent the leftover slots before a member
     #    that cannot hold some task's standby (it is active or warming up for
-    #    it) got its share: hand such members standbys from those above floor.
+    #    it) got its share, or a fallback overloaded one: even counts out.
     _repair_balance(chosen, counts, owners, blocked, eligible, domains)
     placed = {task: members for task, members in chosen.items() if members}
     return StandbyPlacement(standbys=placed, warmups_as_standby=converted)
@@ -258,38 +276,54 @@ def _repair_balance(
             return 0
         return 1 if domains.host[m] not in {domains.host[o] for o in others} else 2
 
-    short = [m for m in counts.count if counts.count[m] < counts.floor[m]]
-    if not short:
+    def excess(m: int) -> int:
+        return counts.count[m] - counts.floor[m]
+
+    members = list(counts.count)
+    if not members or max(map(excess, members)) - min(map(excess, members)) < 2:
         return
-    held: dict[int, list[Task]] = {}
-    for task, members in chosen.items():
-        for m in members:
-            held.setdefault(m, []).append(task)
-    for taker in short:
-        for giver in sorted(held, key=lambda m: (-counts.count[m], m)):
-            if counts.count[taker] >= counts.floor[taker]:
+    held: dict[int, list[Task]] = {m: [] for m in members}
+    for task, holders in chosen.items():
+        for m in holders:
+            held[m].append(task)
+
+    def hand_over(giver: int, taker: int) -> bool:
+        for task in held[giver]:
+            g, p = task
+            if (
+                taker == owners[g][p]
+                or taker == blocked.get(task)
+                or taker in chosen[task]
+                or taker not in eligible[g]
+            ):
+                continue
+            others = [owners[g][p], *(m for m in chosen[task] if m != giver)]
+            if tier(taker, others) > tier(giver, others):
+                continue
+            chosen[task][chosen[task].index(giver)] = taker
+            held[giver].remove(task)
+            held[taker].append(task)
+            counts.count[giver] -= 1
+            counts.count[taker] += 1
+            return True
+        return False
+
+    # Move one standby at a time from the most to the least loaded (relative
+    # to their floors) while they differ by two or more and a move is allowed.
+    moved = True
+    while moved:
+        moved = False
+        givers = sorted(members, key=lambda m: (-excess(m), m))
+        takers = sorted(members, key=lambda m: (excess(m), m))
+        for giver in givers:
+            for taker in takers:
+                if excess(giver) - excess(taker) < 2:
+                    break
+                if hand_over(giver, taker):
+                    moved = True
+                    break
+            if moved:
                 break
-            for task in list(held[giver]):
-                if counts.count[giver] <= counts.floor[giver]:
-                    break
-                if counts.count[taker] >= counts.floor[taker]:
-                    break
-                g, p = task
-                if (
-                    taker == owners[g][p]
-                    or taker == blocked.get(task)
-                    or taker in chosen[task]
-                    or taker not in eligible[g]
-                ):
-                    continue
-                others = [owners[g][p], *(m for m in chosen[task] if m != giver)]
-                if tier(taker, others) > tier(giver, others):
-                    continue
-                chosen[task][chosen[task].index(giver)] = taker
-                held[giver].remove(task)
-                held.setdefault(taker, []).append(task)
-                counts.count[giver] -= 1
-                counts.count[taker] += 1
 
 
 def _pop_best(

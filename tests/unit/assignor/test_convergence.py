@@ -125,6 +125,7 @@ def assert_stable_and_balanced(result: Result) -> None:
     assert stats["standbys_missing"] == 0
     assert stats["max_active_spread"] <= 1
     assert stats["max_group_active_spread"] <= 1
+    assert stats["max_standby_spread"] <= 1
 
 
 def settle(scenario: Scenario) -> tuple[Scenario, Result, int]:
