@@ -11,10 +11,13 @@ capacity ``C``, member ``m`` gets ``floor(S * cap_m / C)``, and the
 ``S - sum(floors)`` left over go one each to members that can take them, so
 with equal capacities the counts differ by at most one.
 
-Two passes keep it sticky and linear: first every task keeps its previous
-standbys (and takes members with its state on disk, or the member its active
-is being warmed up for) where domains and counts allow; then the gaps are
-filled from a heap of members by standby load.
+Passes, each linear in tasks: (1a) every task keeps its previous standbys
+where domains and counts allow; (1b) then takes members with its state on
+disk (its previous active, the member its active is held back for, others by
+lag); (2) the gaps are filled from a heap of members by standby load, tasks
+taken one per active member in turn; (3) if fallbacks left counts uneven,
+single standbys move from the most to the least loaded member, never to a
+worse placement domain.
 """
 
 from __future__ import annotations
