@@ -33,11 +33,12 @@ from typing import Any
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition  # noqa: E402
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic  # noqa: E402
+from aiokafka import AIOKafkaConsumer, TopicPartition  # noqa: E402
+from aiokafka.admin import AIOKafkaAdminClient  # noqa: E402
 
 from streamapp.kafka import LocalKafka  # noqa: E402
 from streamapp.kafka.probe import free_port  # noqa: E402
+from tests.integration.apps.rebalance_io import create_topic, produce  # noqa: E402
 from tests.integration.workers import WorkerProcess  # noqa: E402
 
 APP = "tests.integration.apps.rebalance:app"
@@ -89,7 +90,7 @@ class Run:
     def produce(self, seqs: range, key_of: Callable[[int], str]) -> None:
         for seq in seqs:
             self.expected[key_of(seq)] = seq
-        asyncio.run(_produce(self.bootstrap, self.topic, seqs, key_of))
+        asyncio.run(produce(self.bootstrap, self.topic, seqs, key_of))
 
     def settled(self) -> bool:
         self.why = self._unsettled()
@@ -157,17 +158,6 @@ class Run:
                 worker.stop()
 
 
-async def _produce(bootstrap: str, topic: str, seqs: range, key_of: Callable[[int], str]) -> None:
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=20)
-    await producer.start()
-    try:
-        for seq in seqs:
-            await producer.send(topic, key=key_of(seq).encode(), value=str(seq).encode())
-        await producer.flush()
-    finally:
-        await producer.stop()
-
-
 async def _all_consumed(bootstrap: str, group: str, topic: str) -> bool:
     """The group has committed every event of ``topic`` (so it has processed them all).
 
@@ -189,15 +179,6 @@ async def _all_consumed(bootstrap: str, group: str, topic: str) -> bool:
         await admin.close()
 
 
-async def _create_topic(bootstrap: str, topic: str) -> None:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        await admin.create_topics([NewTopic(topic, PARTITIONS, 1)])
-    finally:
-        await admin.close()
-
-
 def run_one(label: str, assignor: str, bootstrap: str, root: Path, keys: int) -> dict[str, Any]:
     app_id = "bench-" + label.replace(" ", "-")
     os.environ.update(
@@ -208,7 +189,7 @@ def run_one(label: str, assignor: str, bootstrap: str, root: Path, keys: int) ->
         REBALANCE_PROBING_S="10",
     )
     run = Run(label, app_id, bootstrap, root / app_id, keys)
-    asyncio.run(_create_topic(bootstrap, run.topic))
+    asyncio.run(create_topic(bootstrap, run.topic, PARTITIONS))
     results: dict[str, Any] = {}
     try:
         for name in ("w1", "w2", "w3"):

@@ -20,10 +20,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from streamapp.kafka.probe import free_port
+from tests.integration.apps.rebalance_io import create_topic, end_offsets, produce
 
 from .workers import REPO_ROOT, WorkerProcess
 
@@ -64,8 +63,10 @@ class Group:
 
     def produce(self, count: int) -> None:
         for seq in range(self.produced, self.produced + count):
-            self.expected[f"k{seq % KEYS}"] = seq
-        asyncio.run(_produce(self.bootstrap, range(self.produced, self.produced + count)))
+            self.expected[_key(seq)] = seq
+        asyncio.run(
+            produce(self.bootstrap, TOPIC, range(self.produced, self.produced + count), _key)
+        )
         self.produced += count
 
     def wait(self, what: str, check: Callable[[], bool], timeout: float = 90.0) -> None:
@@ -134,35 +135,8 @@ class Group:
         return self.table() == self.expected
 
 
-async def _produce(bootstrap: str, seqs: range) -> None:
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=10)
-    await producer.start()
-    try:
-        for seq in seqs:
-            await producer.send(TOPIC, key=f"k{seq % KEYS}".encode(), value=str(seq).encode())
-        await producer.flush()
-    finally:
-        await producer.stop()
-
-
-async def _create_topic(bootstrap: str) -> None:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        await admin.create_topics([NewTopic(TOPIC, PARTITIONS, 1)])
-    finally:
-        await admin.close()
-
-
-async def _changelog_ends(bootstrap: str) -> dict[int, int]:
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap)
-    await consumer.start()
-    try:
-        tps = [TopicPartition(CHANGELOG, p) for p in range(PARTITIONS)]
-        ends = await consumer.end_offsets(tps)
-        return {tp.partition: ends[tp] for tp in tps}
-    finally:
-        await consumer.stop()
+def _key(seq: int) -> str:
+    return f"k{seq % KEYS}"
 
 
 def _replayed(entry: dict[str, Any]) -> dict[int, int]:
@@ -174,7 +148,7 @@ def group(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Ite
     env = pytest.MonkeyPatch()
     for name, value in ENV.items():
         env.setenv(name, value)  # read by the worker subprocesses' app module
-    asyncio.run(_create_topic(kafka_bootstrap))
+    asyncio.run(create_topic(kafka_bootstrap, TOPIC, PARTITIONS))
     group = Group(kafka_bootstrap, tmp_path_factory.mktemp("rebalance"))
     try:
         for name in ("w1", "w2", "w3"):
@@ -227,13 +201,13 @@ def test_crash_promotes_standbys_with_at_most_the_acceptable_lag(group: Group) -
 def test_rolling_restart_replays_only_the_tail_written_while_away(group: Group) -> None:
     before = group.actives()
     for name in sorted(group.workers):
-        ends_before = asyncio.run(_changelog_ends(group.bootstrap))
+        ends_before = asyncio.run(end_offsets(group.bootstrap, CHANGELOG, PARTITIONS))
         assert group.workers[name].stop() == 0, group.workers[name].log_tail()
         away = group.workers.pop(name)
         group.wait(f"the others to cover for {name}", group.settled)
         group.produce(TAIL_EVENTS)
         group.wait(f"the tail processed while {name} is away", group.table_matches)
-        ends_after = asyncio.run(_changelog_ends(group.bootstrap))
+        ends_after = asyncio.run(end_offsets(group.bootstrap, CHANGELOG, PARTITIONS))
         group.start(name)
         assert group.workers[name].data_dir == away.data_dir
         group.wait(
