@@ -62,62 +62,112 @@ def _spread(counts: Iterable[int]) -> int:
     return max(values) - min(values) if values else 0
 
 
-def _tasks_held(
-    placement: Mapping[str, Mapping[str, list[int]]], grouping: Grouping
-) -> dict[str, set[tuple[int, int]]]:
-    held: dict[str, set[tuple[int, int]]] = {}
+#: member id -> group index -> partitions (a task is one partition of a group)
+_HeldTasks = dict[str, dict[int, set[int]]]
+
+
+def _tasks_held(placement: Mapping[str, Mapping[str, list[int]]], grouping: Grouping) -> _HeldTasks:
+    """Per member, the tasks it holds, as partition numbers per group.
+
+    Plain int sets per group rather than one (group, partition) tuple per
+    task: the same answers, far fewer objects at a million partitions.
+    """
+    group_of_topic = grouping.group_of_topic
+    held: _HeldTasks = {}
     for member_id, by_topic in placement.items():
-        tasks: set[tuple[int, int]] = set()
+        tasks: dict[int, set[int]] = {}
         for topic, partitions in by_topic.items():
-            index = grouping.group_of_topic.get(topic)
-            if index is not None:
-                tasks.update((index, p) for p in partitions)
+            index = group_of_topic.get(topic)
+            if index is None:
+                continue
+            found = tasks.get(index)
+            if found is None:
+                tasks[index] = set(partitions)
+            else:
+                found.update(partitions)
         held[member_id] = tasks
     return held
+
+
+def _task_count(tasks: dict[int, set[int]]) -> int:
+    return sum(map(len, tasks.values()))
 
 
 def _moved_active(
     scenario: Scenario, grouping: Grouping, active: Mapping[str, Mapping[str, list[int]]]
 ) -> int:
-    owner_client: dict[tuple[str, int], str] = {}
+    # topic -> partition -> client now holding it; the last member (in id
+    # order) wins, as every strategy places a partition once anyway.
+    owner_client: dict[str, dict[int, str]] = {}
     for member_id, by_topic in active.items():
         client = scenario.members[member_id].client_id
         for topic, partitions in by_topic.items():
-            for partition in partitions:
-                owner_client[(topic, partition)] = client
-    moved: set[tuple[int, int]] = set()
+            owner_client.setdefault(topic, {}).update(dict.fromkeys(partitions, client))
+    # group index (-1: a topic in no group) -> moved partitions
+    moved: dict[int, set[int]] = {}
+    nobody: dict[int, str] = {}
     for member in scenario.members.values():
+        client = member.client_id
         for topic, owned in member.owned_active.items():
-            index = grouping.group_of_topic.get(topic)
-            for partition in owned:
-                if owner_client.get((topic, partition)) != member.client_id:
-                    moved.add((-1 if index is None else index, partition))
-    return len(moved)
+            holders = owner_client.get(topic, nobody)
+            gone = [p for p in owned if holders.get(p) != client]
+            if gone:
+                index = grouping.group_of_topic.get(topic)
+                moved.setdefault(-1 if index is None else index, set()).update(gone)
+    return sum(map(len, moved.values()))
 
 
 def _standbys_missing(
     scenario: Scenario,
     grouping: Grouping,
-    active_tasks: Mapping[str, set[tuple[int, int]]],
-    standby_tasks: Mapping[str, set[tuple[int, int]]],
+    active_tasks: _HeldTasks,
+    standby_tasks: _HeldTasks,
 ) -> int:
-    active_on: dict[tuple[int, int], set[str]] = {}
-    for member_id, tasks in active_tasks.items():
-        for task in tasks:
-            active_on.setdefault(task, set()).add(member_id)
-    copies: dict[tuple[int, int], int] = {}
+    wanted = {
+        group.index: min(scenario.num_standbys, max(len(group.eligible) - 1, 0))
+        for group in grouping.groups
+        if group.stateful
+    }
+    wanted = {index: k for index, k in wanted.items() if k > 0}
+    if not wanted:  # nothing wanted: nothing can be missing
+        return 0
+    # group index -> partition -> standby copies not on a member holding it active
+    copies = {index: [0] * grouping.groups[index].partitions for index in wanted}
     for member_id, tasks in standby_tasks.items():
-        for task in tasks:
-            if member_id not in active_on.get(task, ()):
-                copies[task] = copies.get(task, 0) + 1
+        mine = active_tasks.get(member_id, {})
+        for index, partitions in tasks.items():
+            counts = copies.get(index)
+            if counts is None:
+                continue
+            for p in partitions.difference(mine.get(index, ())):
+                if 0 <= p < len(counts):
+                    counts[p] += 1
     missing = 0
-    for group in grouping.groups:
-        if not group.stateful:
-            continue
-        wanted = min(scenario.num_standbys, max(len(group.eligible) - 1, 0))
-        for partition in range(group.partitions):
-            missing += max(wanted - copies.get((group.index, partition), 0), 0)
+    for index, k in wanted.items():
+        missing += sum(k - c for c in copies[index] if c < k)
     return missing
+
+
+def _unassigned(
+    scenario: Scenario,
+    actives: Mapping[str, Mapping[str, list[int]]],
+    revokes: Mapping[str, Mapping[str, list[int]]],
+) -> dict[str, list[int]]:
+    """Per topic, the partitions active nowhere and not being revoked."""
+    placed: dict[str, set[int]] = {}
+    for by_topic in (*actives.values(), *revokes.values()):
+        for topic, partitions in by_topic.items():
+            placed.setdefault(topic, set()).update(partitions)
+    unassigned: dict[str, list[int]] = {}
+    for topic, count in scenario.topics.items():
+        taken = placed.get(topic, set())
+        # The common case, every partition placed, checked without a loop in Python.
+        if len(taken) == count and min(taken) >= 0 and max(taken) < count:
+            continue
+        missing = sorted(set(range(count)).difference(taken))
+        if missing:
+            unassigned[topic] = missing
+    return unassigned
 
 
 def build_result(
@@ -139,36 +189,28 @@ def build_result(
     warmups = _normalise(warmup, ids)
     revokes = {m: ps for m, ps in _normalise(revoking, ids).items() if ps}
 
-    placed: set[tuple[str, int]] = set()
-    for by_topic in (*actives.values(), *revokes.values()):
-        for topic, partitions in by_topic.items():
-            placed.update((topic, p) for p in partitions)
-    unassigned: dict[str, list[int]] = {}
-    for topic, count in scenario.topics.items():
-        missing = [p for p in range(count) if (topic, p) not in placed]
-        if missing:
-            unassigned[topic] = missing
+    unassigned = _unassigned(scenario, actives, revokes)
 
     active_tasks = _tasks_held(actives, grouping)
     standby_tasks = _tasks_held(standbys, grouping)
     eligible_any = {m for g in grouping.groups for m in g.eligible}
     eligible_stateful = {m for g in grouping.groups if g.stateful for m in g.eligible}
-    per_group: dict[tuple[str, int], int] = {}
-    for member_id, tasks in active_tasks.items():
-        for index, _partition in tasks:
-            per_group[(member_id, index)] = per_group.get((member_id, index), 0) + 1
     group_spread = 0
     for group in grouping.groups:
-        counts = (per_group.get((m, group.index), 0) for m in group.eligible)
+        counts = (len(active_tasks[m].get(group.index, ())) for m in group.eligible)
         group_spread = max(group_spread, _spread(counts))
 
     computed: dict[str, Any] = {
         "moved_active": _moved_active(scenario, grouping, actives),
-        "max_active_spread": _spread(len(active_tasks[m]) for m in ids if m in eligible_any),
+        "max_active_spread": _spread(
+            _task_count(active_tasks[m]) for m in ids if m in eligible_any
+        ),
         "max_group_active_spread": group_spread,
-        "max_standby_spread": _spread(len(standby_tasks[m]) for m in ids if m in eligible_stateful),
+        "max_standby_spread": _spread(
+            _task_count(standby_tasks[m]) for m in ids if m in eligible_stateful
+        ),
         "standbys_missing": _standbys_missing(scenario, grouping, active_tasks, standby_tasks),
-        "warmups": sum(len(tasks) for tasks in _tasks_held(warmups, grouping).values()),
+        "warmups": sum(map(_task_count, _tasks_held(warmups, grouping).values())),
         "stale_claims": scenario.stale_claims,
         "conflicting_claims": scenario.conflicting_claims,
     }
