@@ -32,9 +32,10 @@ read-only.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from itertools import repeat
+from typing import Any, cast
 
 from assignor.errors import ScenarioError
 
@@ -261,10 +262,21 @@ def _is_plain_count(value: object) -> bool:
     return type(value) is int and value >= 0
 
 
-def _partition_numbers(raw: object, path: str) -> list[int]:
+_INT_ONLY = frozenset({int})
+
+
+def _all_plain_counts(values: Collection[object]) -> bool:
+    """Every value a plain int >= 0: one type-set check and one min, both in C."""
+    if not _INT_ONLY.issuperset(map(type, values)):
+        return False
+    ints = cast("Collection[int]", values)  # every value is an int: checked just above
+    return min(ints, default=0) >= 0
+
+
+def _partition_numbers(raw: object, path: str) -> list[int] | tuple[int, ...]:
     partitions = _list(raw, path)
-    if all(_is_plain_count(p) for p in partitions):  # the fast, common case
-        return list(partitions)
+    if _all_plain_counts(partitions):  # the fast, common case
+        return partitions
     return [
         _integer(p, f"{path}[{i}]", minimum=0, what="partition") for i, p in enumerate(partitions)
     ]
@@ -276,13 +288,15 @@ def _parse_ownership(
     owned: Ownership = {}
     for topic, partitions in _mapping(raw, path).items():
         topic = _string(topic, path)
-        numbers = _partition_numbers(partitions, _join(path, topic))
+        listed = _partition_numbers(partitions, _join(path, topic))
         count = topics.get(topic)
         if count is None:
-            stale.count += len(numbers)
+            stale.count += len(listed)
             continue
-        live = {n for n in numbers if n < count}
-        stale.count += sum(1 for n in set(numbers) if n >= count)
+        numbers = set(listed)
+        # One range check per topic; filter element by element only when it fails.
+        live = numbers if max(numbers, default=-1) < count else {n for n in numbers if n < count}
+        stale.count += len(numbers) - len(live)
         if live:
             owned[topic] = tuple(sorted(live))
     return dict(sorted(owned.items()))
@@ -290,11 +304,11 @@ def _parse_ownership(
 
 def _offset_entries(raw: Mapping[Any, Any], path: str) -> dict[int, int]:
     try:  # the fast, common case: "0": 1500, ...
-        entries = {int(k, 10): v for k, v in raw.items()}
+        entries = dict(zip(map(int, raw.keys(), repeat(10)), raw.values(), strict=True))
         if (
             len(entries) == len(raw)
-            and all(_is_plain_count(v) for v in entries.values())
-            and all(k >= 0 for k in entries)
+            and _all_plain_counts(entries.values())
+            and min(entries, default=0) >= 0
         ):
             return entries
     except (TypeError, ValueError):
@@ -359,18 +373,32 @@ def _parse_member(
     )
 
 
-def _resolve_conflicts(members: dict[str, Member]) -> tuple[dict[str, Member], int]:
-    """Keep each active claim only where it is the single highest-generation one."""
-    claimants: dict[tuple[str, int], list[Member]] = {}
+def _contested_claims(members: dict[str, Member]) -> dict[tuple[str, int], list[Member]]:
+    """Active partitions claimed by more than one member, with their claimants in order.
+
+    Claims are first recorded per topic as partition -> first claimant, a
+    whole list at a time; only partitions claimed again get a claimant list.
+    """
+    first: dict[str, dict[int, Member]] = {}
+    contested: dict[tuple[str, int], list[Member]] = {}
     for member in members.values():
         for topic, partitions in member.owned_active.items():
-            for partition in partitions:
-                claimants.setdefault((topic, partition), []).append(member)
+            claimed = first.setdefault(topic, {})
+            again = claimed.keys() & partitions
+            if again:
+                for partition in sorted(again):
+                    contested.setdefault((topic, partition), [claimed[partition]]).append(member)
+                claimed.update((p, member) for p in partitions if p not in again)
+            else:
+                claimed.update(dict.fromkeys(partitions, member))
+    return contested
+
+
+def _resolve_conflicts(members: dict[str, Member]) -> tuple[dict[str, Member], int]:
+    """Keep each active claim only where it is the single highest-generation one."""
     rejected: dict[str, set[tuple[str, int]]] = {}
     dropped = 0
-    for tp, claim in claimants.items():
-        if len(claim) == 1:
-            continue
+    for tp, claim in _contested_claims(members).items():
         best = max(m.generation for m in claim)
         winners = [m for m in claim if m.generation == best]
         for member in claim:
@@ -380,7 +408,16 @@ def _resolve_conflicts(members: dict[str, Member]) -> tuple[dict[str, Member], i
 
     resolved: dict[str, Member] = {}
     for member_id, member in members.items():
-        lost = rejected.get(member_id, set())
+        lost = rejected.get(member_id)
+        overlap = any(
+            topic in member.owned_active
+            and not set(member.owned_active[topic]).isdisjoint(partitions)
+            for topic, partitions in member.owned_standby.items()
+        )
+        if lost is None and not overlap:  # nothing to drop: the common case
+            resolved[member_id] = member
+            continue
+        lost = lost or set()
         active: Ownership = {}
         for topic, partitions in member.owned_active.items():
             kept = tuple(p for p in partitions if (topic, p) not in lost)
