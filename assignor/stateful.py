@@ -22,6 +22,7 @@ once warmups caught up or revocations completed.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from assignor.active_placement import place_actives
@@ -38,14 +39,40 @@ __all__ = ["assign_stateful"]
 _Placement = dict[str, dict[str, list[int]]]
 
 
-def _add(placement: _Placement, member: str, topics: tuple[str, ...], partition: int) -> None:
-    by_topic = placement[member]
-    for topic in topics:
-        partitions = by_topic.get(topic)
-        if partitions is None:
-            by_topic[topic] = [partition]
+def _add_each(
+    placement: _Placement,
+    names: list[str],
+    topics: tuple[str, ...],
+    holders: Iterable[tuple[int, int]],
+) -> None:
+    """Place partition p of every topic in ``topics`` on member m, for each (p, m).
+
+    The partitions are collected once per member and copied per topic,
+    rather than appended topic by topic for every task.
+    """
+    by_member: dict[int, list[int]] = {}
+    for p, m in holders:
+        found = by_member.get(m)
+        if found is None:
+            by_member[m] = [p]
         else:
-            partitions.append(partition)
+            found.append(p)
+    for m, partitions in by_member.items():
+        by_topic = placement[names[m]]
+        for topic in topics:
+            current = by_topic.get(topic)
+            if current is None:
+                by_topic[topic] = list(partitions)
+            else:
+                current.extend(partitions)
+
+
+def _by_group(replicas: Iterable[tuple[Task, int]]) -> dict[int, list[tuple[int, int]]]:
+    """group index -> (partition, member) for each (task, member)."""
+    grouped: dict[int, list[tuple[int, int]]] = {}
+    for (g, p), m in replicas:
+        grouped.setdefault(g, []).append((p, m))
+    return grouped
 
 
 def _warmups(scenario: Scenario, withheld: dict[Task, int]) -> dict[Task, int]:
@@ -97,14 +124,13 @@ def assign_stateful(scenario: Scenario, grouping: Grouping) -> dict[str, Any]:
     standby: _Placement = {m: {} for m in names}
     warmup: _Placement = {m: {} for m in names}
     for group in groups:
-        for p, owner in enumerate(actives.owner[group.index]):
-            if owner != -1:
-                _add(active, names[owner], group.topics, p)
-    for (g, p), holders in standbys.items():
-        for m in holders:
-            _add(standby, names[m], groups[g].changelog_topics, p)
-    for (g, p), m in warmups.items():
-        _add(warmup, names[m], groups[g].changelog_topics, p)
+        owned = ((p, owner) for p, owner in enumerate(actives.owner[group.index]) if owner != -1)
+        _add_each(active, names, group.topics, owned)
+    standby_of = _by_group((task, m) for task, holders in standbys.items() for m in holders)
+    for g, holders in standby_of.items():
+        _add_each(standby, names, groups[g].changelog_topics, holders)
+    for g, holders in _by_group(warmups.items()).items():
+        _add_each(warmup, names, groups[g].changelog_topics, holders)
 
     revoking: dict[str, dict[str, list[int]]] = {}
     if scenario.protocol == "cooperative":
