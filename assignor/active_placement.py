@@ -94,14 +94,18 @@ def _place_group(
         released.extend(ranked[keep:])
 
     # 2. Members that can take a task without a replay, if they have free quota.
-    leftover: list[int] = []
-    for p in sorted(unowned + released):
-        best = next((m for m in takers(p) if free.get(m, 0) > 0), -1)
-        if best == -1:
-            leftover.append(p)
-        else:
-            owners[p] = best
-            free[best] -= 1
+    #    When no member has state for any task and nobody lost a claim (a
+    #    fresh group), nobody can: every task goes on to pass 3 as it is.
+    leftover: list[int] = sorted(unowned + released)
+    if state_lag or facts.other_claimants:
+        waiting, leftover = leftover, []
+        for p in waiting:
+            best = next((m for m in takers(p) if free.get(m, 0) > 0), -1)
+            if best == -1:
+                leftover.append(p)
+            else:
+                owners[p] = best
+                free[best] -= 1
 
     # 3. Fill what is left in member order.
     open_members = iter(sorted(m for m, n in free.items() if n > 0))
@@ -128,6 +132,11 @@ def _hold_back_for_warmups(
     load: dict[int, int],
 ) -> None:
     """KIP-441: never hand a task to a member that must replay while one need not."""
+    if not facts.state_lag:
+        # No member has state for any task, so every previous owner was -1
+        # (an owner's task always has a lag entry) and nobody is caught up
+        # to keep a task: nothing to hold back.
+        return
     g = group.index
     owners = placement.owner[g]
     acceptable = facts.acceptable_lag
