@@ -47,8 +47,8 @@ class StandbyPlacement:
 
 @dataclass
 class _Domains:
-    host: list[object]
-    rack: list[object]
+    host: list[int]
+    rack: list[int]
 
     @classmethod
     def of(cls, scenario: Scenario) -> _Domains:
@@ -66,7 +66,13 @@ class _Domains:
             if member.rack is not None:
                 rack_of_host.setdefault(host, ("rack", member.rack))
         racks = [rack_of_host.get(host, host) for host in hosts]
-        return cls(host=hosts, rack=racks)
+        # Each distinct domain as a small int: only equality matters, and ints
+        # hash and compare faster than tuples in the per-task sets.
+        ids: dict[object, int] = {}
+        return cls(
+            host=[ids.setdefault(h, len(ids)) for h in hosts],
+            rack=[ids.setdefault(r, len(ids)) for r in racks],
+        )
 
 
 class _Counts:
@@ -129,8 +135,8 @@ def place_standbys(
     #: task -> member that may not hold a standby of it (it gets a warmup)
     blocked: dict[Task, int] = {}
     converted: set[Task] = set()
-    used_hosts: dict[Task, set[object]] = {}
-    used_racks: dict[Task, set[object]] = {}
+    used_hosts: dict[Task, set[int]] = {}
+    used_racks: dict[Task, set[int]] = {}
 
     def best_tier(task: Task) -> int:
         if len(used_racks[task]) < distinct_racks[task[0]]:
@@ -151,21 +157,26 @@ def place_standbys(
         used_racks[task].add(domains.rack[m])
 
     def offer(task: Task, candidates: Iterable[int], k: int) -> None:
-        g = task[0]
-        active = owners[g][task[1]]
+        # The checks of `tier`, `best_tier` and `accept`, on this task's own
+        # lists and sets looked up once: this runs for every stateful task.
+        g, p = task
+        active = owners[g][p]
+        taken, hosts, racks = chosen[task], used_hosts[task], used_racks[task]
+        not_here = blocked.get(task)
+        allowed = eligible[g]
         for m in candidates:
-            if len(chosen[task]) == k:
+            if len(taken) == k:
                 return
-            if (
-                m == active
-                or m == blocked.get(task)
-                or m in chosen[task]
-                or m not in eligible[g]
-                or tier(task, m) != best_tier(task)
-                or not counts.can_take(m)
-            ):
+            if m in (active, not_here) or m in taken or m not in allowed:
                 continue
-            accept(task, m)
+            rack, host = domains.rack[m], domains.host[m]
+            mine = 0 if rack not in racks else 1 if host not in hosts else 2
+            if mine != best_tier(task) or not counts.can_take(m):
+                continue
+            counts.take(m)
+            taken.append(m)
+            hosts.add(host)
+            racks.add(rack)
 
     # 1a. Sticky: every task's previous standbys first, so that a member with
     #     an old copy on disk cannot use up the count a previous standby needs.
@@ -206,7 +217,8 @@ def place_standbys(
                 preferred.extend(sorted(lags, key=lambda m: (lags[m], m)))
             else:
                 preferred.extend(lags)
-            offer(task, preferred, k)
+            if preferred:
+                offer(task, preferred, k)
 
     # 2. Fill the gaps from the least loaded members.
     heap = [(counts.key(m), m) for m in everyone if counts.can_take(m)]
@@ -216,9 +228,10 @@ def place_standbys(
         k = wanted[g]
         excluded = (owners[g][p], blocked.get(task, -1))
         while len(chosen[task]) < k:
-            pick = _pop_best(
+            pick, skipped = _best_on_top(
                 heap, counts, task, excluded, eligible[g], chosen[task], tier, best_tier
             )
+            on_top = pick != -1
             if pick == -1:
                 pick = _least_loaded_anyway(task, excluded, eligible[g], chosen[task], tier, counts)
             if pick == -1 and task in blocked and blocked[task] not in chosen[task]:
@@ -226,11 +239,19 @@ def place_standbys(
                 # the standby instead, which replays just the same.
                 pick = blocked.pop(task)
                 converted.add(task)
+            if pick != -1:
+                accept(task, pick)
+                # Its entry on top gives way to its new load in one sift.
+                if on_top and counts.can_take(pick):
+                    heapq.heapreplace(heap, (counts.key(pick), pick))
+                elif on_top:
+                    heapq.heappop(heap)
+                elif counts.can_take(pick):
+                    heapq.heappush(heap, (counts.key(pick), pick))
+            for entry in skipped:
+                heapq.heappush(heap, entry)
             if pick == -1:
                 break
-            accept(task, pick)
-            if counts.can_take(pick):
-                heapq.heappush(heap, (counts.key(pick), pick))
 
     # 3. The sticky passes may have spent the leftover slots before a member
     #    that cannot hold some task's standby (it is active or warming up for
@@ -329,7 +350,7 @@ def _repair_balance(
                 break
 
 
-def _pop_best(
+def _best_on_top(
     heap: list[tuple[float, int]],
     counts: _Counts,
     task: Task,
@@ -338,23 +359,26 @@ def _pop_best(
     taken: list[int],
     tier: TierOf,
     best_tier: BestTier,
-) -> int:
-    """Least loaded member in the best domain tier, popping past the unfit ones."""
+) -> tuple[int, list[tuple[float, int]]]:
+    """Least loaded member in the best domain tier, and the unfit entries popped past.
+
+    The member found stays on top of the heap (the caller replaces its
+    entry once its load changed); the caller pushes the skipped entries
+    back. Pops come in (load, member) order whatever the heap's layout, so
+    this picks exactly what popping and pushing everything back would.
+    """
     best = best_tier(task)
     skipped: list[tuple[float, int]] = []
-    pick = -1
     while heap:
-        key, m = heapq.heappop(heap)
+        key, m = heap[0]
         if key != counts.key(m) or not counts.can_take(m):
-            continue  # stale entry, or full for good: counts only grow
-        if m in excluded or m in taken or m not in eligible or tier(task, m) != best:
-            skipped.append((key, m))
+            heapq.heappop(heap)  # stale entry, or full for good: counts only grow
             continue
-        pick = m
-        break
-    for entry in skipped:
-        heapq.heappush(heap, entry)
-    return pick
+        if m in excluded or m in taken or m not in eligible or tier(task, m) != best:
+            skipped.append(heapq.heappop(heap))
+            continue
+        return m, skipped
+    return -1, skipped
 
 
 def _least_loaded_anyway(
