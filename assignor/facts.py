@@ -81,7 +81,7 @@ class TaskFacts:
                     current = owners[p]
                     if current == -1:
                         owners[p] = i
-                    elif current != i or (g, p) in votes:
+                    elif current != i or (votes and (g, p) in votes):
                         tally = votes.setdefault((g, p), {})
                         tally[i] = tally.get(i, 0) + 1
             for topic, partitions in member.owned_standby.items():
@@ -168,13 +168,16 @@ class TaskFacts:
         for g, group in enumerate(grouping.groups):
             if not group.stateful:
                 continue
-            ends = [end.get(topic, {}) for topic in group.changelog_topics]
-            for p in range(group.partitions):
-                total = sum(e.get(p, 0) for e in ends)
-                if total:
-                    no_state[(g, p)] = total
-        # Replayed so far, per (task, member): sum of min(offset, end).
-        replayed: dict[Task, dict[int, int]] = {}
+            # Summed topic by topic: one pass over each changelog's end offsets.
+            totals = [0] * group.partitions
+            for topic in group.changelog_topics:
+                for p, offset in end.get(topic, {}).items():
+                    if p < group.partitions:
+                        totals[p] += offset
+            no_state.update(((g, p), total) for p, total in enumerate(totals) if total)
+        # Lag per (task, member): the task's total minus what the member
+        # replayed of each changelog, min(offset, end), in one pass.
+        state_lag: dict[Task, dict[int, int]] = {}
         for member_id, member in scenario.members.items():
             i = index_of[member_id]
             for topic, by_partition in member.offsets.items():
@@ -185,11 +188,11 @@ class TaskFacts:
                     continue
                 topic_end = end.get(topic, {})
                 for p, offset in by_partition.items():
+                    task = (found, p)
                     done = min(offset, topic_end.get(p, 0))
-                    per_member = replayed.setdefault((found, p), {})
-                    per_member[i] = per_member.get(i, 0) + done
-        state_lag = {
-            task: {i: no_state.get(task, 0) - done for i, done in per_member.items()}
-            for task, per_member in replayed.items()
-        }
+                    lags = state_lag.get(task)
+                    if lags is None:
+                        state_lag[task] = {i: no_state.get(task, 0) - done}
+                    else:
+                        lags[i] = lags.get(i, no_state.get(task, 0)) - done
         return state_lag, no_state
