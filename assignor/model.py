@@ -273,12 +273,14 @@ def _all_plain_counts(values: Collection[object]) -> bool:
     return min(ints, default=0) >= 0
 
 
-def _partition_numbers(raw: object, path: str) -> list[int] | tuple[int, ...]:
-    partitions = _list(raw, path)
-    if _all_plain_counts(partitions):  # the fast, common case
-        return partitions
+def _partition_numbers(raw: object, path: str, topic: str) -> list[int] | tuple[int, ...]:
+    """The partition list of ``path.topic``; the field path is only built to name an error."""
+    if isinstance(raw, list | tuple) and _all_plain_counts(raw):  # the fast, common case
+        return raw
+    where = _join(path, topic)
     return [
-        _integer(p, f"{path}[{i}]", minimum=0, what="partition") for i, p in enumerate(partitions)
+        _integer(p, f"{where}[{i}]", minimum=0, what="partition")
+        for i, p in enumerate(_list(raw, where))
     ]
 
 
@@ -288,7 +290,7 @@ def _parse_ownership(
     owned: Ownership = {}
     for topic, partitions in _mapping(raw, path).items():
         topic = _string(topic, path)
-        listed = _partition_numbers(partitions, _join(path, topic))
+        listed = _partition_numbers(partitions, path, topic)
         count = topics.get(topic)
         if count is None:
             stale.count += len(listed)
