@@ -164,6 +164,7 @@ def place_standbys(
         taken, hosts, racks = chosen[task], used_hosts[task], used_racks[task]
         not_here = blocked.get(task)
         allowed = eligible[g]
+        racks_wanted, hosts_wanted = distinct_racks[g], distinct_hosts[g]
         for m in candidates:
             if len(taken) == k:
                 return
@@ -171,7 +172,9 @@ def place_standbys(
                 continue
             rack, host = domains.rack[m], domains.host[m]
             mine = 0 if rack not in racks else 1 if host not in hosts else 2
-            if mine != best_tier(task) or not counts.can_take(m):
+            # best_tier(task), on the sets at hand
+            best = 0 if len(racks) < racks_wanted else 1 if len(hosts) < hosts_wanted else 2
+            if mine != best or not counts.can_take(m):
                 continue
             counts.take(m)
             taken.append(m)
@@ -180,18 +183,21 @@ def place_standbys(
 
     # 1a. Sticky: every task's previous standbys first, so that a member with
     #     an old copy on disk cannot use up the count a previous standby needs.
+    host_of, rack_of = domains.host, domains.rack
+    previous_standbys, state_lag = facts.previous_standbys, facts.state_lag
     for g, k in wanted.items():
+        owners_of_group = owners[g]
         for p in range(groups[g].partitions):
             task = (g, p)
-            active = owners[g][p]
+            active = owners_of_group[p]
             chosen[task] = []
             if task in warmups:
                 blocked[task] = warmups[task]
-            used_hosts[task] = {domains.host[active]} if active != -1 else set()
-            used_racks[task] = {domains.rack[active]} if active != -1 else set()
-            before = facts.previous_standbys.get(task)
+            used_hosts[task] = {host_of[active]} if active != -1 else set()
+            used_racks[task] = {rack_of[active]} if active != -1 else set()
+            before = previous_standbys.get(task)
             if before:
-                lags = facts.state_lag.get(task, _NO_LAGS)
+                lags = state_lag.get(task, _NO_LAGS)
                 # Sorting one-element lists is most of the work at scale: skip it.
                 offer(
                     task,
