@@ -34,7 +34,6 @@ __all__ = ["StandbyPlacement", "place_standbys"]
 
 TierOf = Callable[[Task, int], int]
 _NO_LAGS: dict[int, int] = {}
-BestTier = Callable[[Task], int]
 
 
 @dataclass
@@ -135,33 +134,39 @@ def place_standbys(
     #: task -> member that may not hold a standby of it (it gets a warmup)
     blocked: dict[Task, int] = {}
     converted: set[Task] = set()
-    used_hosts: dict[Task, set[int]] = {}
-    used_racks: dict[Task, set[int]] = {}
 
-    def best_tier(task: Task) -> int:
-        if len(used_racks[task]) < distinct_racks[task[0]]:
+    # The hosts and racks a task's copies use are worked out when needed
+    # from its active and chosen standbys (one or two members), rather than
+    # kept in two sets per task: fewer long-lived objects at 100,000 tasks.
+    def used(task: Task) -> tuple[set[int], set[int]]:
+        """Hosts and racks of the task's copies so far: its active and chosen standbys."""
+        active = owners[task[0]][task[1]]
+        copies = chosen[task] if active == -1 else [active, *chosen[task]]
+        return {domains.host[m] for m in copies}, {domains.rack[m] for m in copies}
+
+    def best_of(g: int, hosts: set[int], racks: set[int]) -> int:
+        """The best tier still open for a task of group g whose copies use these domains."""
+        if len(racks) < distinct_racks[g]:
             return 0
-        if len(used_hosts[task]) < distinct_hosts[task[0]]:
-            return 1
-        return 2
+        return 1 if len(hosts) < distinct_hosts[g] else 2
 
     def tier(task: Task, m: int) -> int:
-        if domains.rack[m] not in used_racks[task]:
+        hosts, racks = used(task)
+        if domains.rack[m] not in racks:
             return 0
-        return 1 if domains.host[m] not in used_hosts[task] else 2
+        return 1 if domains.host[m] not in hosts else 2
 
     def accept(task: Task, m: int) -> None:
         counts.take(m)
         chosen[task].append(m)
-        used_hosts[task].add(domains.host[m])
-        used_racks[task].add(domains.rack[m])
 
     def offer(task: Task, candidates: Iterable[int], k: int) -> None:
-        # The checks of `tier`, `best_tier` and `accept`, on this task's own
-        # lists and sets looked up once: this runs for every stateful task.
+        # The checks of `tier`, `best_of` and `accept`, on this task's own
+        # list and domain sets worked out once: this runs for every stateful task.
         g, p = task
         active = owners[g][p]
-        taken, hosts, racks = chosen[task], used_hosts[task], used_racks[task]
+        taken = chosen[task]
+        hosts, racks = used(task)
         not_here = blocked.get(task)
         allowed = eligible[g]
         racks_wanted, hosts_wanted = distinct_racks[g], distinct_hosts[g]
@@ -172,7 +177,7 @@ def place_standbys(
                 continue
             rack, host = domains.rack[m], domains.host[m]
             mine = 0 if rack not in racks else 1 if host not in hosts else 2
-            # best_tier(task), on the sets at hand
+            # best_of(g, hosts, racks), on the sets at hand
             best = 0 if len(racks) < racks_wanted else 1 if len(hosts) < hosts_wanted else 2
             if mine != best or not counts.can_take(m):
                 continue
@@ -183,18 +188,13 @@ def place_standbys(
 
     # 1a. Sticky: every task's previous standbys first, so that a member with
     #     an old copy on disk cannot use up the count a previous standby needs.
-    host_of, rack_of = domains.host, domains.rack
     previous_standbys, state_lag = facts.previous_standbys, facts.state_lag
     for g, k in wanted.items():
-        owners_of_group = owners[g]
         for p in range(groups[g].partitions):
             task = (g, p)
-            active = owners_of_group[p]
             chosen[task] = []
             if task in warmups:
                 blocked[task] = warmups[task]
-            used_hosts[task] = {host_of[active]} if active != -1 else set()
-            used_racks[task] = {rack_of[active]} if active != -1 else set()
             before = previous_standbys.get(task)
             if before:
                 lags = state_lag.get(task, _NO_LAGS)
@@ -234,8 +234,17 @@ def place_standbys(
         k = wanted[g]
         excluded = (owners[g][p], blocked.get(task, -1))
         while len(chosen[task]) < k:
+            hosts, racks = used(task)
             pick, skipped = _best_on_top(
-                heap, counts, task, excluded, eligible[g], chosen[task], tier, best_tier
+                heap,
+                counts,
+                excluded,
+                eligible[g],
+                chosen[task],
+                domains,
+                hosts,
+                racks,
+                best_of(g, hosts, racks),
             )
             on_top = pick != -1
             if pick == -1:
@@ -359,28 +368,34 @@ def _repair_balance(
 def _best_on_top(
     heap: list[tuple[float, int]],
     counts: _Counts,
-    task: Task,
     excluded: tuple[int, int],
     eligible: set[int],
     taken: list[int],
-    tier: TierOf,
-    best_tier: BestTier,
+    domains: _Domains,
+    hosts: set[int],
+    racks: set[int],
+    best: int,
 ) -> tuple[int, list[tuple[float, int]]]:
-    """Least loaded member in the best domain tier, and the unfit entries popped past.
+    """Least loaded member in tier ``best``, and the unfit entries popped past.
 
-    The member found stays on top of the heap (the caller replaces its
-    entry once its load changed); the caller pushes the skipped entries
-    back. Pops come in (load, member) order whatever the heap's layout, so
-    this picks exactly what popping and pushing everything back would.
+    ``hosts`` and ``racks`` are those the task's copies use already; a
+    member's tier is told from them as `place_standbys`' ``tier`` does. The
+    member found stays on top of the heap (the caller replaces its entry
+    once its load changed); the caller pushes the skipped entries back. Pops
+    come in (load, member) order whatever the heap's layout, so this picks
+    exactly what popping and pushing everything back would.
     """
-    best = best_tier(task)
     skipped: list[tuple[float, int]] = []
     while heap:
         key, m = heap[0]
         if key != counts.key(m) or not counts.can_take(m):
             heapq.heappop(heap)  # stale entry, or full for good: counts only grow
             continue
-        if m in excluded or m in taken or m not in eligible or tier(task, m) != best:
+        if m in excluded or m in taken or m not in eligible:
+            skipped.append(heapq.heappop(heap))
+            continue
+        tier = 0 if domains.rack[m] not in racks else 1 if domains.host[m] not in hosts else 2
+        if tier != best:
             skipped.append(heapq.heappop(heap))
             continue
         return m, skipped
