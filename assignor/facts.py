@@ -17,7 +17,12 @@ placement passes never rescan members per task:
 - ``previous_standbys[(g, p)]``: members that held a standby of a stateful task.
 - ``state_lag[(g, p)]``: member -> lag, for members with local state for the
   task (or that owned it active: a running active is caught up, lag 0).
-  ``no_state_lag[(g, p)]`` is what a member without local state must replay.
+  ``no_state_lag[g][p]`` is what a member without local state must replay
+  (an empty list for a stateless group).
+- ``task_keys[g][p]``: one shared ``(g, p)`` tuple per task of a stateful
+  group (an empty list for the others). The maps keyed by task use it, so
+  they share one key object per task instead of each making its own: fewer
+  long-lived objects, fewer garbage-collector passes at 100,000 tasks.
 
 Lag of a task = sum over its changelog topics of ``end - offset`` (never below
 zero); a missing offset counts as 0.
@@ -45,8 +50,9 @@ class TaskFacts:
     other_claimants: dict[Task, list[int]]
     previous_standbys: dict[Task, list[int]]
     state_lag: dict[Task, dict[int, int]]
-    no_state_lag: dict[Task, int]
+    no_state_lag: list[list[int]]
     acceptable_lag: int
+    task_keys: list[list[Task]]
 
     def lag(self, member: int, task: Task) -> int:
         known = self.state_lag.get(task)
@@ -54,7 +60,8 @@ class TaskFacts:
             lag = known.get(member)
             if lag is not None:
                 return lag
-        return self.no_state_lag.get(task, 0)
+        totals = self.no_state_lag[task[0]]
+        return totals[task[1]] if totals else 0
 
     def caught_up(self, member: int, task: Task) -> bool:
         return self.lag(member, task) <= self.acceptable_lag
@@ -68,6 +75,10 @@ class TaskFacts:
         group_of_topic = grouping.group_of_topic
 
         previous_owner = [[-1] * g.partitions for g in groups]
+        keys = [
+            [(g, p) for p in range(group.partitions)] if group.stateful else []
+            for g, group in enumerate(groups)
+        ]
         # Only when two members claim topics of one task do we need to count.
         votes: dict[Task, dict[int, int]] = {}
         previous_standbys: dict[Task, list[int]] = {}
@@ -89,7 +100,7 @@ class TaskFacts:
                 if g is None or not groups[g].stateful or i not in eligible[g]:
                     continue
                 for p in partitions:
-                    holders = previous_standbys.setdefault((g, p), [])
+                    holders = previous_standbys.setdefault(keys[g][p], [])
                     if i not in holders:
                         holders.append(i)
         other_claimants: dict[Task, list[int]] = {}
@@ -108,7 +119,7 @@ class TaskFacts:
                         )
                 previous_owner[g][p] = min(counted, key=lambda i: (-counted[i], -generation[i], i))
 
-        state_lag, no_state_lag = cls._lags(scenario, grouping, index_of, eligible)
+        state_lag, no_state_lag = cls._lags(scenario, grouping, index_of, eligible, keys)
         restarted = {
             i
             for i, member in enumerate(scenario.members.values())
@@ -120,7 +131,7 @@ class TaskFacts:
             owners = previous_owner[g]
             for p, owner in enumerate(owners):
                 if owner != -1:
-                    state_lag.setdefault((g, p), {})[owner] = 0
+                    state_lag.setdefault(keys[g][p], {})[owner] = 0
                     continue
                 lags = state_lag.get((g, p))
                 if lags and restarted:
@@ -142,6 +153,7 @@ class TaskFacts:
             state_lag=state_lag,
             no_state_lag=no_state_lag,
             acceptable_lag=scenario.acceptable_recovery_lag,
+            task_keys=keys,
         )
 
     @staticmethod
@@ -162,11 +174,13 @@ class TaskFacts:
         grouping: Grouping,
         index_of: dict[str, int],
         eligible: list[set[int]],
-    ) -> tuple[dict[Task, dict[int, int]], dict[Task, int]]:
+        keys: list[list[Task]],
+    ) -> tuple[dict[Task, dict[int, int]], list[list[int]]]:
         end = scenario.end_offsets
-        no_state: dict[Task, int] = {}
-        for g, group in enumerate(grouping.groups):
+        no_state: list[list[int]] = []
+        for group in grouping.groups:
             if not group.stateful:
+                no_state.append([])
                 continue
             # Summed topic by topic: one pass over each changelog's end offsets.
             totals = [0] * group.partitions
@@ -174,7 +188,7 @@ class TaskFacts:
                 for p, offset in end.get(topic, {}).items():
                     if p < group.partitions:
                         totals[p] += offset
-            no_state.update(((g, p), total) for p, total in enumerate(totals) if total)
+            no_state.append(totals)
         # Lag per (task, member): the task's total minus what the member
         # replayed of each changelog, min(offset, end), in one pass.
         state_lag: dict[Task, dict[int, int]] = {}
@@ -187,12 +201,13 @@ class TaskFacts:
                 if i not in eligible[found]:
                     continue
                 topic_end = end.get(topic, {})
+                totals, tasks = no_state[found], keys[found]
                 for p, offset in by_partition.items():
-                    task = (found, p)
+                    task = tasks[p]
                     done = min(offset, topic_end.get(p, 0))
                     lags = state_lag.get(task)
                     if lags is None:
-                        state_lag[task] = {i: no_state.get(task, 0) - done}
+                        state_lag[task] = {i: totals[p] - done}
                     else:
-                        lags[i] = lags.get(i, no_state.get(task, 0)) - done
+                        lags[i] = lags.get(i, totals[p]) - done
         return state_lag, no_state

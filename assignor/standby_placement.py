@@ -190,8 +190,7 @@ def place_standbys(
     #     an old copy on disk cannot use up the count a previous standby needs.
     previous_standbys, state_lag = facts.previous_standbys, facts.state_lag
     for g, k in wanted.items():
-        for p in range(groups[g].partitions):
-            task = (g, p)
+        for task in facts.task_keys[g]:
             chosen[task] = []
             if task in warmups:
                 blocked[task] = warmups[task]
@@ -211,8 +210,8 @@ def place_standbys(
     #     member it is held back for, others by lag.
     for g, k in wanted.items():
         previous_owner = facts.previous_owner[g]
-        for p in range(groups[g].partitions):
-            task = (g, p)
+        for task in facts.task_keys[g]:
+            p = task[1]
             if len(chosen[task]) == k:
                 continue
             preferred = [previous_owner[p]] if previous_owner[p] != -1 else []
@@ -229,7 +228,7 @@ def place_standbys(
     # 2. Fill the gaps from the least loaded members.
     heap = [(counts.key(m), m) for m in everyone if counts.can_take(m)]
     heapq.heapify(heap)
-    for task in _interleaved_by_owner(wanted, groups, owners, chosen):
+    for task in _interleaved_by_owner(wanted, owners, chosen):
         g, p = task
         k = wanted[g]
         excluded = (owners[g][p], blocked.get(task, -1))
@@ -278,7 +277,6 @@ def place_standbys(
 
 def _interleaved_by_owner(
     wanted: dict[int, int],
-    groups: list[Group],
     owners: list[list[int]],
     chosen: dict[Task, list[int]],
 ) -> list[Task]:
@@ -289,10 +287,11 @@ def _interleaved_by_owner(
     popped and pushed back for a whole run of tasks of the same active.
     """
     by_owner: dict[int, list[Task]] = {}
-    for g, k in wanted.items():
-        for p, owner in enumerate(owners[g]):
-            if len(chosen[(g, p)]) < k:
-                by_owner.setdefault(owner, []).append((g, p))
+    # chosen holds every task of `wanted`, in (group, partition) order.
+    for task, taken in chosen.items():
+        g, p = task
+        if len(taken) < wanted[g]:
+            by_owner.setdefault(owners[g][p], []).append(task)
     queues = [by_owner[m] for m in sorted(by_owner)]
     ordered: list[Task] = []
     depth = max((len(q) for q in queues), default=0)
