@@ -25,7 +25,7 @@ from typing import Any
 from examples.adclick import kafka_io
 from examples.adclick.cluster import Worker, stop_all, wait_until_assigned
 from examples.adclick.events import TrafficConfig, Truth
-from examples.adclick.generator import ProduceResult, produce
+from examples.adclick.generator import ProduceResult, produce, traffic_config
 from examples.adclick.model import DecodeError, decode_attribution
 from examples.adclick.topology import Topology
 
@@ -215,14 +215,7 @@ def run_demo(args: argparse.Namespace) -> DemoResult:
         seconds["workers_ready"] = time.monotonic() - t
 
         t = time.monotonic()
-        cfg = TrafficConfig(
-            events=args.events,
-            seed=args.seed,
-            rate=args.rate,
-            late_fraction=args.late_fraction,
-            window_ms=topology.window_ms,
-            grace_ms=topology.grace_ms,
-        )
+        cfg = traffic_config(args, topology)
         victim = workers[len(workers) // 2]
         produced = asyncio.run(_produce_with_crash(bootstrap, cfg, topology, victim, args))
         seconds["produce"] = time.monotonic() - t

@@ -89,6 +89,18 @@ async def produce(
     return ProduceResult(len(records), seconds, truth)
 
 
+def traffic_config(args: argparse.Namespace, topology: Topology) -> TrafficConfig:
+    """The traffic the command-line options ask for, on the app's join window and grace."""
+    return TrafficConfig(
+        events=args.events,
+        seed=args.seed,
+        rate=args.rate,
+        late_fraction=args.late_fraction,
+        window_ms=topology.window_ms,
+        grace_ms=topology.grace_ms,
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m examples.adclick.generator",
@@ -110,14 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     topology = Topology.from_env()
     if args.prefix:
         topology = replace(topology, prefix=args.prefix)
-    cfg = TrafficConfig(
-        events=args.events,
-        seed=args.seed,
-        rate=args.rate,
-        late_fraction=args.late_fraction,
-        window_ms=topology.window_ms,
-        grace_ms=topology.grace_ms,
-    )
+    cfg = traffic_config(args, topology)
     result = asyncio.run(produce(args.bootstrap, cfg, topology, paced=not args.unpaced))
     if args.truth:
         args.truth.write_text(json.dumps(result.truth.as_dict(), indent=2) + "\n")
