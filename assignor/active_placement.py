@@ -3,8 +3,10 @@
 Per group, in three linear passes:
 
 1. Sticky: a member keeps the tasks it held, up to its quota. When it must
-   give some up, it first gives those another member with free quota can
-   take without a replay (contract rule 6), then the highest partitions.
+   give some up, it first gives those another claimant of the task can take
+   (a restarted worker whose claim lost on generation gets its own tasks
+   back), then those a caught-up member can take without a replay (contract
+   rule 6), then the highest partitions.
 2. Local state: each task left over goes to a member with free quota that
    can take it without a replay: one that claimed part of it, else a
    caught-up member, least lag first (its standby, or a member that
@@ -70,15 +72,25 @@ def _place_group(
 
     def takers(p: int) -> list[int]:
         """Who could take task p without a replay: other claimants, then least lag."""
-        found = [m for m in facts.other_claimants.get((g, p), ()) if m in quota]
+        found = [
+            m
+            for m in facts.other_claimants.get((g, p), ())
+            if m in quota and (not group.stateful or facts.caught_up(m, (g, p)))
+        ]
         lags = state_lag.get((g, p))
         if lags:
             ready = sorted((lag, m) for m, lag in lags.items() if lag <= acceptable)
             found.extend(m for _, m in ready if m not in found)
         return found
 
-    def someone_else_takes(p: int, owner: int) -> bool:
-        return any(m != owner and free.get(m, 0) > 0 for m in takers(p))
+    def release_rank(p: int, owner: int) -> int:
+        """How readily task p is given up: 2 when a member that also claimed it
+        can take it (a worker restarted with an older generation wants its own
+        tasks back), 1 when a caught-up member can, 0 when nobody else can."""
+        ready = [m for m in takers(p) if m != owner and free.get(m, 0) > 0]
+        if not ready:
+            return 0
+        return 2 if any(m in facts.other_claimants.get((g, p), ()) for m in ready) else 1
 
     # 1. Sticky, giving up first what someone else can take without a replay.
     released: list[int] = []
@@ -88,7 +100,7 @@ def _place_group(
             for p in partitions:
                 owners[p] = member
             continue
-        ranked = sorted(partitions, key=lambda p: (someone_else_takes(p, member), p))
+        ranked = sorted(partitions, key=lambda p: (release_rank(p, member), p))
         for p in ranked[:keep]:
             owners[p] = member
         released.extend(ranked[keep:])

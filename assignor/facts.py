@@ -104,6 +104,17 @@ class TaskFacts:
                     if i not in holders:
                         holders.append(i)
         other_claimants: dict[Task, list[int]] = {}
+        for i, member in enumerate(scenario.members.values()):
+            # Claims that lost on generation, in member order: a worker that
+            # restarted with an old ownership file ran these tasks before.
+            for topic, partitions in member.superseded_active.items():
+                g = group_of_topic.get(topic)
+                if g is None or i not in eligible[g]:
+                    continue
+                for p in partitions:
+                    losers = other_claimants.setdefault((g, p), [])
+                    if i not in losers:
+                        losers.append(i)
         if votes:
             generation = [m.generation for m in scenario.members.values()]
             for (g, p), tally in votes.items():
@@ -117,7 +128,12 @@ class TaskFacts:
                             for topic in groups[g].topics
                             if p in member.owned_active.get(topic, ())
                         )
-                previous_owner[g][p] = min(counted, key=lambda i: (-counted[i], -generation[i], i))
+                ranked = sorted(counted, key=lambda i: (-counted[i], -generation[i], i))
+                previous_owner[g][p] = ranked[0]
+                # The losers ran the task at some point (a zombie, or a worker
+                # that restarted with a stale generation): next best keepers.
+                losers = other_claimants.setdefault((g, p), [])
+                losers[:0] = [i for i in ranked[1:] if i not in losers]
 
         state_lag, no_state_lag = cls._lags(scenario, grouping, index_of, eligible, keys)
         restarted = {

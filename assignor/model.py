@@ -23,7 +23,9 @@ or a partition beyond its count. Conflicting active claims are resolved here,
 once, for every strategy: the claim with the highest ``generation`` wins; when
 several members claim a partition in the same (highest) generation, nobody
 wins (Kafka's sticky assignor does the same: the claim cannot be trusted), and
-each dropped claim is counted in ``conflicting_claims``. A member claiming a
+each dropped claim is counted in ``conflicting_claims``; a claim that lost on
+generation is kept apart in the member's ``superseded_active`` (a hint of
+where state lives, never ownership). A member claiming a
 partition both active and standby keeps only the active claim.
 
 Mappings in these dataclasses are plain dicts for speed; treat them as
@@ -97,6 +99,10 @@ class Member:
     owned_active: Ownership = field(hash=False)
     owned_standby: Ownership = field(hash=False)
     offsets: Offsets = field(hash=False)
+    #: active claims dropped because another member claimed the partition at a
+    #: higher generation: what a worker restarted with an old ownership file
+    #: ran before. Not trusted as ownership, but a hint of where state lives.
+    superseded_active: Ownership = field(default_factory=dict, hash=False)
 
 
 @dataclass(frozen=True, eq=True)
@@ -399,6 +405,7 @@ def _contested_claims(members: dict[str, Member]) -> dict[tuple[str, int], list[
 def _resolve_conflicts(members: dict[str, Member]) -> tuple[dict[str, Member], int]:
     """Keep each active claim only where it is the single highest-generation one."""
     rejected: dict[str, set[tuple[str, int]]] = {}
+    superseded: dict[str, set[tuple[str, int]]] = {}
     dropped = 0
     for tp, claim in _contested_claims(members).items():
         best = max(m.generation for m in claim)
@@ -407,6 +414,8 @@ def _resolve_conflicts(members: dict[str, Member]) -> tuple[dict[str, Member], i
             if len(winners) > 1 or member.generation != best:
                 rejected.setdefault(member.member_id, set()).add(tp)
                 dropped += 1
+            if member.generation != best and len(winners) == 1:
+                superseded.setdefault(member.member_id, set()).add(tp)
 
     resolved: dict[str, Member] = {}
     for member_id, member in members.items():
@@ -433,7 +442,10 @@ def _resolve_conflicts(members: dict[str, Member]) -> tuple[dict[str, Member], i
             kept = tuple(p for p in partitions if p not in mine)
             if kept:
                 standby[topic] = kept
-        if active != member.owned_active or standby != member.owned_standby:
+        older: Ownership = {}
+        for topic, p in sorted(superseded.get(member_id, ())):
+            older[topic] = (*older.get(topic, ()), p)
+        if active != member.owned_active or standby != member.owned_standby or older:
             member = Member(
                 member_id=member.member_id,
                 client_id=member.client_id,
@@ -445,6 +457,7 @@ def _resolve_conflicts(members: dict[str, Member]) -> tuple[dict[str, Member], i
                 owned_active=active,
                 owned_standby=standby,
                 offsets=member.offsets,
+                superseded_active=older,
             )
         resolved[member_id] = member
     return resolved, dropped
