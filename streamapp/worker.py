@@ -9,6 +9,7 @@ settings (client id, host, rack, capacity) go onto ``app.streamapp_settings``.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import importlib
 import os
 import sys
@@ -105,10 +106,24 @@ def prepare_worker(args: argparse.Namespace) -> faust.App:
     return app
 
 
+def check_group_protocol(app: faust.App) -> None:
+    """Refuse to start, naming the cause, when the app's group runs another assignor."""
+    from faust.transport.drivers.aiokafka import server_list
+
+    from streamapp.group_check import find_foreign_group, foreign_group_message
+    from streamapp.partition_assignor import PROTOCOL_NAME
+
+    bootstrap = ",".join(server_list(app.conf.broker, 9092))
+    found = asyncio.run(find_foreign_group(bootstrap, app.conf.id, PROTOCOL_NAME))
+    if found is not None:
+        raise WorkerSetupError(foreign_group_message(found, PROTOCOL_NAME))
+
+
 def run_worker(args: argparse.Namespace) -> int:
     """Run the worker until it is stopped; returns the process exit status."""
     try:
-        prepare_worker(args)
+        app = prepare_worker(args)
+        check_group_protocol(app)
     except WorkerSetupError as exc:
         print(f"streamapp worker: {exc}", file=sys.stderr)
         return 2
