@@ -57,6 +57,10 @@ class MemberMetadata:
     #: topic -> partition -> next offset to apply (records applied up to, exclusive), for every
     #: local store on disk, whether or not this member owns the partition now.
     offsets: TopicOffsets = field(default_factory=dict)
+    #: topic -> partition -> end offset this member last saw for the changelog partitions it
+    #: replays (standbys, warmups). The leader has no end offsets of its own; after a crash
+    #: the active that wrote a changelog is gone, and only its replicas know how far it got.
+    changelog_ends: TopicOffsets = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -111,6 +115,7 @@ def decode_metadata(data: bytes) -> MemberMetadata:
             owned_active=_partitions(payload.get("a", {}), "a"),
             owned_standby=_partitions(payload.get("s", {}), "s"),
             offsets=_offsets(payload.get("o", {}), "o"),
+            changelog_ends=_offsets(payload.get("e", {}), "e"),
         )
     except (KeyError, TypeError) as exc:
         raise MetadataError(f"member metadata is malformed: {exc}") from None
@@ -173,12 +178,18 @@ def _metadata_payload(metadata: MemberMetadata, offsets: TopicOffsets) -> dict[s
     if metadata.owned_standby:
         payload["s"] = _sorted_partitions(metadata.owned_standby)
     if offsets:
-        payload["o"] = {
-            topic: {str(p): off for p, off in sorted(parts.items())}
-            for topic, parts in sorted(offsets.items())
-            if parts
-        }
+        payload["o"] = _sorted_offsets(offsets)
+    if metadata.changelog_ends:
+        payload["e"] = _sorted_offsets(metadata.changelog_ends)
     return payload
+
+
+def _sorted_offsets(offsets: TopicOffsets) -> dict[str, dict[str, int]]:
+    return {
+        topic: {str(p): off for p, off in sorted(parts.items())}
+        for topic, parts in sorted(offsets.items())
+        if parts
+    }
 
 
 def _owned_offsets(metadata: MemberMetadata) -> dict[str, dict[int, int]]:

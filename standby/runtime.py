@@ -65,6 +65,8 @@ class ReplicaRuntime:
         self.clock = clock
         self.share: MemberAssignment | None = None
         self.replica_lag: dict[TP, int] = {}
+        #: The changelog end offsets last seen for this worker's replicas (for the metadata).
+        self.replica_ends: dict[TP, int] = {}
         self._active_progress = ProgressMeter()
         self._replica_progress = ProgressMeter()
         self._last_progress_at = 0.0
@@ -163,6 +165,7 @@ class ReplicaRuntime:
         }
         known_ends = {tp: end for tp, end in ends.items() if end is not None}
         self.replica_lag = lags(local, known_ends)
+        self.replica_ends = known_ends
 
     def _log_progress(self, recovery: Any, share: MemberAssignment, now: float) -> None:
         if recovery.in_recovery:

@@ -42,9 +42,11 @@ def build_scenario(
     settings: GroupSettings,
 ) -> dict[str, Any]:
     """The plan.md scenario for this group; ``topics`` holds only topics that exist."""
+    changelogs = sorted(t for t in set(changelog_topics) if t in topics)
     return {
         "topics": dict(sorted(topics.items())),
-        "changelog_topics": sorted(t for t in set(changelog_topics) if t in topics),
+        "changelog_topics": changelogs,
+        "end_offsets": _end_offsets(changelogs, members.values()),
         "num_standbys": settings.num_standbys,
         "acceptable_recovery_lag": settings.acceptable_recovery_lag,
         "max_warmup_replicas": settings.max_warmup_replicas,
@@ -52,6 +54,29 @@ def build_scenario(
             member_id: _member(member_id, facts) for member_id, facts in sorted(members.items())
         },
     }
+
+
+def _end_offsets(changelogs: Sequence[str], members: Iterable[MemberFacts]) -> dict[str, Any]:
+    """Each changelog partition's end: the furthest any member saw or applied.
+
+    A replica's last seen end covers a crashed active's writes that no member applied; an
+    active's own applied offset covers the writes since its replicas last looked.
+    """
+    wanted = set(changelogs)
+    end: dict[str, dict[int, int]] = {}
+    for facts in members:
+        meta = facts.metadata
+        if meta is None:
+            continue
+        for known in (meta.changelog_ends, meta.offsets):
+            for topic, parts in known.items():
+                if topic not in wanted:
+                    continue
+                by_partition = end.setdefault(topic, {})
+                for p, offset in parts.items():
+                    if offset > by_partition.get(p, -1):
+                        by_partition[p] = offset
+    return {t: {str(p): o for p, o in sorted(ps.items())} for t, ps in sorted(end.items())}
 
 
 def _member(member_id: str, facts: MemberFacts) -> dict[str, Any]:

@@ -141,8 +141,16 @@ class StreamappPartitionAssignor(PartitionAssignor):
             owned_active=self._share.active,
             owned_standby=self._share.standby,
             offsets=offsets,
+            changelog_ends=self._replica_ends(),
         )
         return ConsumerProtocolMemberMetadata(self.version, sorted(topics), encode_metadata(own))
+
+    def _replica_ends(self) -> dict[str, dict[int, int]]:
+        runtime = self.runtime
+        ends: dict[str, dict[int, int]] = {}
+        for tp, end in (runtime.replica_ends if runtime is not None else {}).items():
+            ends.setdefault(tp.topic, {})[tp.partition] = end
+        return ends
 
     # -- the leader --
 

@@ -70,3 +70,31 @@ def test_shares_cover_the_result_and_the_whole_group_map() -> None:
         assert dict(kafka_partitions(share)) == {
             t: sorted(ps) for t, ps in result["members"][member_id]["active"].items() if ps
         }
+
+
+def test_end_offsets_are_the_furthest_any_member_saw_or_applied() -> None:
+    # w2 replicated partition 0 and saw its end at 800 before w1 (the active) crashed; w3
+    # applied partition 1 up to 60 while w2 last saw 40 there.
+    def member(client: str, *, offsets: dict[int, int], ends: dict[int, int]) -> MemberFacts:
+        return MemberFacts(
+            TOPICS,
+            MemberMetadata(
+                client_id=client,
+                url=f"http://{client}",
+                offsets={"app-counts-changelog": offsets},
+                changelog_ends={"app-counts-changelog": ends, "other-changelog": {0: 9}},
+            ),
+        )
+
+    scenario = build_scenario(
+        topics={"words": 2, "app-counts-changelog": 2},
+        changelog_topics=["app-counts-changelog"],
+        members={
+            "m-2": member("w2", offsets={0: 790, 1: 40}, ends={0: 800, 1: 40}),
+            "m-3": member("w3", offsets={1: 60}, ends={}),
+            "m-4": MemberFacts(TOPICS, None),
+        },
+        settings=SETTINGS,
+    )
+    assert scenario["end_offsets"] == {"app-counts-changelog": {"0": 800, "1": 60}}
+    assert parse_scenario(scenario).end_offsets["app-counts-changelog"] == {0: 800, 1: 60}

@@ -43,6 +43,7 @@ metadata = st.builds(
     owned_active=claims,
     owned_standby=claims,
     offsets=offsets,
+    changelog_ends=offsets,
 )
 
 
