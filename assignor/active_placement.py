@@ -58,7 +58,7 @@ def _place_group(
     g = group.index
     previous = facts.previous_owner[g]
     owners = placement.owner[g]
-    state_lag = facts.state_lag
+    state_lag = facts.state_lag[g]
     acceptable = facts.acceptable_lag
 
     held: dict[int, list[int]] = {}
@@ -75,9 +75,9 @@ def _place_group(
         found = [
             m
             for m in facts.other_claimants.get((g, p), ())
-            if m in quota and (not group.stateful or facts.caught_up(m, (g, p)))
+            if m in quota and (not group.stateful or facts.caught_up(m, g, p))
         ]
-        lags = state_lag.get((g, p))
+        lags = state_lag.get(p)
         if lags:
             ready = sorted((lag, m) for m, lag in lags.items() if lag <= acceptable)
             found.extend(m for _, m in ready if m not in found)
@@ -109,7 +109,7 @@ def _place_group(
     #    When no member has state for any task and nobody lost a claim (a
     #    fresh group), nobody can: every task goes on to pass 3 as it is.
     leftover: list[int] = sorted(unowned + released)
-    if state_lag or facts.other_claimants:
+    if facts.has_state or facts.other_claimants:
         waiting, leftover = leftover, []
         for p in waiting:
             best = next((m for m in takers(p) if free.get(m, 0) > 0), -1)
@@ -144,7 +144,7 @@ def _hold_back_for_warmups(
     load: dict[int, int],
 ) -> None:
     """KIP-441: never hand a task to a member that must replay while one need not."""
-    if not facts.state_lag:
+    if not facts.has_state:
         # No member has state for any task, so every previous owner was -1
         # (an owner's task always has a lag entry) and nobody is caught up
         # to keep a task: nothing to hold back.
@@ -154,9 +154,9 @@ def _hold_back_for_warmups(
     acceptable = facts.acceptable_lag
     for p in moved:
         target = owners[p]
-        if facts.caught_up(target, (g, p)):
+        if facts.caught_up(target, g, p):
             continue
-        lags = facts.state_lag.get((g, p), {})
+        lags = facts.state_lag[g].get(p, {})
         previous = facts.previous_owner[g][p]
         if previous != -1:
             keeper = previous

@@ -14,15 +14,16 @@ placement passes never rescan members per task:
 - ``other_claimants[(g, p)]``: members that claimed some of the task's
   partitions but lost it to ``previous_owner`` (possible when a previous
   assignment did not co-partition); they are the next best keepers.
-- ``previous_standbys[(g, p)]``: members that held a standby of a stateful task.
-- ``state_lag[(g, p)]``: member -> lag, for members with local state for the
+- ``previous_standbys[g][p]``: members that held a standby of a stateful task.
+- ``state_lag[g][p]``: member -> lag, for members with local state for the
   task (or that owned it active: a running active is caught up, lag 0).
+  ``has_state`` tells whether any task has such an entry.
   ``no_state_lag[g][p]`` is what a member without local state must replay
   (an empty list for a stateless group).
-- ``task_keys[g][p]``: one shared ``(g, p)`` tuple per task of a stateful
-  group (an empty list for the others). The maps keyed by task use it, so
-  they share one key object per task instead of each making its own: fewer
-  long-lived objects, fewer garbage-collector passes at 100,000 tasks.
+
+The per-task maps are one dict per group keyed by partition number, not one
+dict keyed by ``(g, p)`` tuples: an int key hashes for free, and the hot
+loops look tasks up tens of thousands of times without building a tuple.
 
 Lag of a task = sum over its changelog topics of ``end - offset`` (never below
 zero); a missing offset counts as 0.
@@ -48,23 +49,23 @@ class TaskFacts:
     capacity: list[int]
     previous_owner: list[list[int]]
     other_claimants: dict[Task, list[int]]
-    previous_standbys: dict[Task, list[int]]
-    state_lag: dict[Task, dict[int, int]]
+    previous_standbys: list[dict[int, list[int]]]
+    state_lag: list[dict[int, dict[int, int]]]
+    has_state: bool
     no_state_lag: list[list[int]]
     acceptable_lag: int
-    task_keys: list[list[Task]]
 
-    def lag(self, member: int, task: Task) -> int:
-        known = self.state_lag.get(task)
+    def lag(self, member: int, g: int, p: int) -> int:
+        known = self.state_lag[g].get(p)
         if known is not None:
             lag = known.get(member)
             if lag is not None:
                 return lag
-        totals = self.no_state_lag[task[0]]
-        return totals[task[1]] if totals else 0
+        totals = self.no_state_lag[g]
+        return totals[p] if totals else 0
 
-    def caught_up(self, member: int, task: Task) -> bool:
-        return self.lag(member, task) <= self.acceptable_lag
+    def caught_up(self, member: int, g: int, p: int) -> bool:
+        return self.lag(member, g, p) <= self.acceptable_lag
 
     @classmethod
     def collect(cls, scenario: Scenario, grouping: Grouping) -> TaskFacts:
@@ -75,13 +76,9 @@ class TaskFacts:
         group_of_topic = grouping.group_of_topic
 
         previous_owner = [[-1] * g.partitions for g in groups]
-        keys = [
-            [(g, p) for p in range(group.partitions)] if group.stateful else []
-            for g, group in enumerate(groups)
-        ]
         # Only when two members claim topics of one task do we need to count.
         votes: dict[Task, dict[int, int]] = {}
-        previous_standbys: dict[Task, list[int]] = {}
+        previous_standbys: list[dict[int, list[int]]] = [{} for _ in groups]
         for i, member in enumerate(scenario.members.values()):
             for topic, partitions in member.owned_active.items():
                 g = group_of_topic.get(topic)
@@ -99,9 +96,12 @@ class TaskFacts:
                 g = group_of_topic.get(topic)
                 if g is None or not groups[g].stateful or i not in eligible[g]:
                     continue
+                standbys = previous_standbys[g]
                 for p in partitions:
-                    holders = previous_standbys.setdefault(keys[g][p], [])
-                    if i not in holders:
+                    holders = standbys.get(p)
+                    if holders is None:
+                        standbys[p] = [i]
+                    elif i not in holders:
                         holders.append(i)
         other_claimants: dict[Task, list[int]] = {}
         for i, member in enumerate(scenario.members.values()):
@@ -135,7 +135,7 @@ class TaskFacts:
                 losers = other_claimants.setdefault((g, p), [])
                 losers[:0] = [i for i in ranked[1:] if i not in losers]
 
-        state_lag, no_state_lag = cls._lags(scenario, grouping, index_of, eligible, keys)
+        state_lag, no_state_lag = cls._lags(scenario, grouping, index_of, eligible)
         restarted = {
             i
             for i, member in enumerate(scenario.members.values())
@@ -144,20 +144,23 @@ class TaskFacts:
         for g, group in enumerate(groups):
             if not group.stateful:
                 continue
-            owners = previous_owner[g]
+            owners, lags_of = previous_owner[g], state_lag[g]
             for p, owner in enumerate(owners):
                 if owner != -1:
-                    state_lag.setdefault(keys[g][p], {})[owner] = 0
+                    lags = lags_of.get(p)
+                    if lags is None:
+                        lags_of[p] = {owner: 0}
+                    else:
+                        lags[owner] = 0
                     continue
-                lags = state_lag.get((g, p))
+                lags = lags_of.get(p)
                 if lags and restarted:
                     owners[p] = cls._state_owner(lags, restarted, scenario.acceptable_recovery_lag)
-        # A standby that was never asked for (owned_standby of a member that also
-        # owns the task active) cannot be both; the owner wins.
-        for task, holders in previous_standbys.items():
-            owner = previous_owner[task[0]][task[1]]
-            if owner in holders:
-                holders.remove(owner)
+            # A standby that was never asked for (owned_standby of a member
+            # that also owns the task active) cannot be both; the owner wins.
+            for p, holders in previous_standbys[g].items():
+                if owners[p] in holders:
+                    holders.remove(owners[p])
 
         return cls(
             members=members,
@@ -167,9 +170,9 @@ class TaskFacts:
             other_claimants=other_claimants,
             previous_standbys=previous_standbys,
             state_lag=state_lag,
+            has_state=any(state_lag),
             no_state_lag=no_state_lag,
             acceptable_lag=scenario.acceptable_recovery_lag,
-            task_keys=keys,
         )
 
     @staticmethod
@@ -190,8 +193,7 @@ class TaskFacts:
         grouping: Grouping,
         index_of: dict[str, int],
         eligible: list[set[int]],
-        keys: list[list[Task]],
-    ) -> tuple[dict[Task, dict[int, int]], list[list[int]]]:
+    ) -> tuple[list[dict[int, dict[int, int]]], list[list[int]]]:
         end = scenario.end_offsets
         no_state: list[list[int]] = []
         for group in grouping.groups:
@@ -207,7 +209,7 @@ class TaskFacts:
             no_state.append(totals)
         # Lag per (task, member): the task's total minus what the member
         # replayed of each changelog, min(offset, end), in one pass.
-        state_lag: dict[Task, dict[int, int]] = {}
+        state_lag: list[dict[int, dict[int, int]]] = [{} for _ in grouping.groups]
         for member_id, member in scenario.members.items():
             i = index_of[member_id]
             for topic, by_partition in member.offsets.items():
@@ -217,13 +219,12 @@ class TaskFacts:
                 if i not in eligible[found]:
                     continue
                 topic_end = end.get(topic, {})
-                totals, tasks = no_state[found], keys[found]
+                totals, lags_of = no_state[found], state_lag[found]
                 for p, offset in by_partition.items():
-                    task = tasks[p]
                     done = min(offset, topic_end.get(p, 0))
-                    lags = state_lag.get(task)
+                    lags = lags_of.get(p)
                     if lags is None:
-                        state_lag[task] = {i: totals[p] - done}
+                        lags_of[p] = {i: totals[p] - done}
                     else:
                         lags[i] = lags.get(i, totals[p]) - done
         return state_lag, no_state

@@ -23,8 +23,10 @@ worse placement domain.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Iterable
+import math
+from collections.abc import Iterable
 from dataclasses import dataclass
+from itertools import zip_longest
 
 from assignor.facts import Task, TaskFacts
 from assignor.grouper import Group
@@ -32,14 +34,17 @@ from assignor.model import Scenario
 
 __all__ = ["StandbyPlacement", "place_standbys"]
 
-TierOf = Callable[[Task, int], int]
+#: group index -> partition -> member (a sparse per-task map)
+_Sparse = dict[int, dict[int, int]]
 _NO_LAGS: dict[int, int] = {}
+_NOTHING: dict[int, int] = {}
 
 
 @dataclass
 class StandbyPlacement:
-    #: task -> members holding a standby of it
-    standbys: dict[Task, list[int]]
+    #: group index -> partition -> members holding a standby of it (stateful
+    #: groups that want standbys only)
+    standbys: dict[int, list[list[int]]]
     #: tasks whose warmup target holds a standby instead
     warmups_as_standby: set[Task]
 
@@ -75,14 +80,21 @@ class _Domains:
 
 
 class _Counts:
-    """Standby counts with the floor/leftover limits of the module docstring."""
+    """Standby counts with the floor/leftover limits of the module docstring.
 
-    def __init__(self, members: list[int], total: int, capacity: list[int]) -> None:
+    Plain lists indexed by member: the hot loops read them inline rather than
+    calling `can_take`/`take` per candidate.
+    """
+
+    def __init__(self, members: list[int], size: int, total: int, capacity: list[int]) -> None:
         weight = sum(capacity[m] for m in members)
+        self.members = members
         self.capacity = capacity
-        self.count = dict.fromkeys(members, 0)
-        self.floor = {m: total * capacity[m] // weight for m in members} if weight else {}
-        self.leftover = total - sum(self.floor.values())
+        self.count = [0] * size
+        self.floor = [0] * size
+        for m in members:
+            self.floor[m] = total * capacity[m] // weight
+        self.leftover = total - sum(self.floor[m] for m in members)
 
     def can_take(self, m: int) -> bool:
         count, floor = self.count[m], self.floor[m]
@@ -95,6 +107,82 @@ class _Counts:
 
     def key(self, m: int) -> float:
         return (self.count[m] + 1) / self.capacity[m]
+
+
+@dataclass
+class _Context:
+    """What every pass reads, and the standbys chosen so far."""
+
+    wanted: dict[int, int]
+    eligible: dict[int, set[int]]
+    owners: list[list[int]]
+    domains: _Domains
+    counts: _Counts
+    distinct_hosts: dict[int, int]
+    distinct_racks: dict[int, int]
+    #: chosen[g][p]: standbys of task (g, p) so far
+    chosen: dict[int, list[list[int]]]
+    #: g -> p -> member that may not hold a standby of (g, p): it gets a warmup
+    blocked: _Sparse
+    converted: set[Task]
+
+    def used(self, g: int, p: int) -> tuple[set[int], set[int]]:
+        """Hosts and racks of the task's copies so far: its active and chosen standbys.
+
+        Worked out when needed from one or two members, rather than kept in
+        two sets per task: fewer long-lived objects at 100,000 tasks.
+        """
+        active, taken = self.owners[g][p], self.chosen[g][p]
+        copies = taken if active == -1 else [active, *taken]
+        host, rack = self.domains.host, self.domains.rack
+        return {host[m] for m in copies}, {rack[m] for m in copies}
+
+    def best_of(self, g: int, hosts: set[int], racks: set[int]) -> int:
+        """The best tier still open for a task of group g whose copies use these domains."""
+        if len(racks) < self.distinct_racks[g]:
+            return 0
+        return 1 if len(hosts) < self.distinct_hosts[g] else 2
+
+    def tier(self, g: int, p: int, m: int) -> int:
+        """0: a rack no copy of (g, p) uses; 1: only a new host; 2: neither."""
+        hosts, racks = self.used(g, p)
+        if self.domains.rack[m] not in racks:
+            return 0
+        return 1 if self.domains.host[m] not in hosts else 2
+
+    def offer(self, g: int, p: int, candidates: Iterable[int]) -> None:
+        """Take candidates in order while they are in the best open tier and have room."""
+        k = self.wanted[g]
+        active = self.owners[g][p]
+        taken = self.chosen[g][p]
+        hosts, racks = self.used(g, p)
+        not_here = self.blocked.get(g, _NOTHING).get(p, -1)
+        allowed = self.eligible[g]
+        racks_wanted, hosts_wanted = self.distinct_racks[g], self.distinct_hosts[g]
+        host_of, rack_of = self.domains.host, self.domains.rack
+        counts = self.counts
+        for m in candidates:
+            if len(taken) == k:
+                return
+            if m in (active, not_here) or m in taken or m not in allowed:
+                continue
+            rack, host = rack_of[m], host_of[m]
+            mine = 0 if rack not in racks else 1 if host not in hosts else 2
+            # best_of(g, hosts, racks), on the sets at hand
+            best = 0 if len(racks) < racks_wanted else 1 if len(hosts) < hosts_wanted else 2
+            if mine != best or not counts.can_take(m):
+                continue
+            counts.take(m)
+            taken.append(m)
+            hosts.add(host)
+            racks.add(rack)
+
+
+def _per_group(by_task: dict[Task, int]) -> _Sparse:
+    grouped: _Sparse = {}
+    for (g, p), m in by_task.items():
+        grouped.setdefault(g, {})[p] = m
+    return grouped
 
 
 def place_standbys(
@@ -125,161 +213,87 @@ def place_standbys(
     eligible = {g: {index_of[m] for m in groups[g].eligible} for g in wanted}
     everyone = sorted(set().union(*eligible.values()))
     total = sum(groups[g].partitions * k for g, k in wanted.items())
-    counts = _Counts(everyone, total, facts.capacity)
     domains = _Domains.of(scenario)
-    distinct_hosts = {g: len({domains.host[m] for m in eligible[g]}) for g in wanted}
-    distinct_racks = {g: len({domains.rack[m] for m in eligible[g]}) for g in wanted}
+    ctx = _Context(
+        wanted=wanted,
+        eligible=eligible,
+        owners=owners,
+        domains=domains,
+        counts=_Counts(everyone, len(facts.members), total, facts.capacity),
+        distinct_hosts={g: len({domains.host[m] for m in eligible[g]}) for g in wanted},
+        distinct_racks={g: len({domains.rack[m] for m in eligible[g]}) for g in wanted},
+        chosen={g: [[] for _ in range(groups[g].partitions)] for g in wanted},
+        blocked=_per_group(warmups),
+        converted=set(),
+    )
+    _keep_previous(ctx, facts)
+    _take_local_state(ctx, facts, _per_group(warming))
+    _fill_from_heap(ctx, _interleaved_by_owner(ctx))
+    _repair_balance(ctx)
+    return StandbyPlacement(standbys=ctx.chosen, warmups_as_standby=ctx.converted)
 
-    chosen: dict[Task, list[int]] = {}
-    #: task -> member that may not hold a standby of it (it gets a warmup)
-    blocked: dict[Task, int] = {}
-    converted: set[Task] = set()
 
-    # The hosts and racks a task's copies use are worked out when needed
-    # from its active and chosen standbys (one or two members), rather than
-    # kept in two sets per task: fewer long-lived objects at 100,000 tasks.
-    def used(task: Task) -> tuple[set[int], set[int]]:
-        """Hosts and racks of the task's copies so far: its active and chosen standbys."""
-        active = owners[task[0]][task[1]]
-        copies = chosen[task] if active == -1 else [active, *chosen[task]]
-        return {domains.host[m] for m in copies}, {domains.rack[m] for m in copies}
+def _keep_previous(ctx: _Context, facts: TaskFacts) -> None:
+    """1a. Every task's previous standbys first, so that a member with an old
+    copy on disk cannot use up the count a previous standby needs."""
+    host, rack = ctx.domains.host, ctx.domains.rack
+    counts = ctx.counts
+    count, floor = counts.count, counts.floor
+    for g in ctx.wanted:
+        before_of = facts.previous_standbys[g]
+        if not before_of:
+            continue
+        owners, chosen, lags_of = ctx.owners[g], ctx.chosen[g], facts.state_lag[g]
+        blocked, allowed = ctx.blocked.get(g, _NOTHING), ctx.eligible[g]
+        # The best tier for a task's first standby beside its active.
+        first_best = 0 if ctx.distinct_racks[g] > 1 else 1 if ctx.distinct_hosts[g] > 1 else 2
+        for p in sorted(before_of):
+            before = before_of[p]
+            if not before:  # its only holder turned out to be its active
+                continue
+            active = owners[p]
+            if len(before) > 1 or active == -1:
+                lags = lags_of.get(p, _NO_LAGS)
+                ctx.offer(g, p, sorted(before, key=lambda m: (lags.get(m, 0), m)))
+                continue
+            # One previous standby beside a live active, the common case:
+            # `offer` inline, since this runs for every stateful task.
+            m = before[0]
+            if m == active or m == blocked.get(p, -1) or m not in allowed:
+                continue
+            mine = 0 if rack[m] != rack[active] else 1 if host[m] != host[active] else 2
+            if mine != first_best:
+                continue
+            c, f = count[m], floor[m]
+            if c < f or (c == f and counts.leftover > 0):
+                counts.take(m)
+                chosen[p].append(m)
 
-    def best_of(g: int, hosts: set[int], racks: set[int]) -> int:
-        """The best tier still open for a task of group g whose copies use these domains."""
-        if len(racks) < distinct_racks[g]:
-            return 0
-        return 1 if len(hosts) < distinct_hosts[g] else 2
 
-    def tier(task: Task, m: int) -> int:
-        hosts, racks = used(task)
-        if domains.rack[m] not in racks:
-            return 0
-        return 1 if domains.host[m] not in hosts else 2
-
-    def accept(task: Task, m: int) -> None:
-        counts.take(m)
-        chosen[task].append(m)
-
-    def offer(task: Task, candidates: Iterable[int], k: int) -> None:
-        # The checks of `tier`, `best_of` and `accept`, on this task's own
-        # list and domain sets worked out once: this runs for every stateful task.
-        g, p = task
-        active = owners[g][p]
-        taken = chosen[task]
-        hosts, racks = used(task)
-        not_here = blocked.get(task)
-        allowed = eligible[g]
-        racks_wanted, hosts_wanted = distinct_racks[g], distinct_hosts[g]
-        for m in candidates:
+def _take_local_state(ctx: _Context, facts: TaskFacts, warming: _Sparse) -> None:
+    """1b. Then members with the task's state on disk: its previous active,
+    the member it is held back for, others by lag."""
+    for g, k in ctx.wanted.items():
+        previous_owner, lags_of = facts.previous_owner[g], facts.state_lag[g]
+        held_back = warming.get(g, _NOTHING)
+        if not lags_of and not held_back and max(previous_owner, default=-1) == -1:
+            continue  # a fresh group: nobody has anything on disk
+        for p, taken in enumerate(ctx.chosen[g]):
             if len(taken) == k:
-                return
-            if m in (active, not_here) or m in taken or m not in allowed:
-                continue
-            rack, host = domains.rack[m], domains.host[m]
-            mine = 0 if rack not in racks else 1 if host not in hosts else 2
-            # best_of(g, hosts, racks), on the sets at hand
-            best = 0 if len(racks) < racks_wanted else 1 if len(hosts) < hosts_wanted else 2
-            if mine != best or not counts.can_take(m):
-                continue
-            counts.take(m)
-            taken.append(m)
-            hosts.add(host)
-            racks.add(rack)
-
-    # 1a. Sticky: every task's previous standbys first, so that a member with
-    #     an old copy on disk cannot use up the count a previous standby needs.
-    previous_standbys, state_lag = facts.previous_standbys, facts.state_lag
-    for g, k in wanted.items():
-        for task in facts.task_keys[g]:
-            chosen[task] = []
-            if task in warmups:
-                blocked[task] = warmups[task]
-            before = previous_standbys.get(task)
-            if before:
-                lags = state_lag.get(task, _NO_LAGS)
-                # Sorting one-element lists is most of the work at scale: skip it.
-                offer(
-                    task,
-                    sorted(before, key=lambda m: (lags.get(m, 0), m))
-                    if len(before) > 1
-                    else before,
-                    k,
-                )
-
-    # 1b. Then members with the task's state on disk: its previous active, the
-    #     member it is held back for, others by lag.
-    for g, k in wanted.items():
-        previous_owner = facts.previous_owner[g]
-        for task in facts.task_keys[g]:
-            p = task[1]
-            if len(chosen[task]) == k:
                 continue
             preferred = [previous_owner[p]] if previous_owner[p] != -1 else []
-            if task in warming:
-                preferred.append(warming[task])
-            lags = facts.state_lag.get(task, _NO_LAGS)
+            if p in held_back:
+                preferred.append(held_back[p])
+            lags = lags_of.get(p, _NO_LAGS)
             if len(lags) > 1:
                 preferred.extend(sorted(lags, key=lambda m: (lags[m], m)))
             else:
                 preferred.extend(lags)
             if preferred:
-                offer(task, preferred, k)
-
-    # 2. Fill the gaps from the least loaded members.
-    heap = [(counts.key(m), m) for m in everyone if counts.can_take(m)]
-    heapq.heapify(heap)
-    for task in _interleaved_by_owner(wanted, owners, chosen):
-        g, p = task
-        k = wanted[g]
-        excluded = (owners[g][p], blocked.get(task, -1))
-        while len(chosen[task]) < k:
-            hosts, racks = used(task)
-            pick, skipped = _best_on_top(
-                heap,
-                counts,
-                excluded,
-                eligible[g],
-                chosen[task],
-                domains,
-                hosts,
-                racks,
-                best_of(g, hosts, racks),
-            )
-            on_top = pick != -1
-            if pick == -1:
-                pick = _least_loaded_anyway(task, excluded, eligible[g], chosen[task], tier, counts)
-            if pick == -1 and task in blocked and blocked[task] not in chosen[task]:
-                # The member warming up is the only replica left: it holds
-                # the standby instead, which replays just the same.
-                pick = blocked.pop(task)
-                converted.add(task)
-            if pick != -1:
-                accept(task, pick)
-                # Its entry on top gives way to its new load in one sift.
-                if on_top and counts.can_take(pick):
-                    heapq.heapreplace(heap, (counts.key(pick), pick))
-                elif on_top:
-                    heapq.heappop(heap)
-                elif counts.can_take(pick):
-                    heapq.heappush(heap, (counts.key(pick), pick))
-            for entry in skipped:
-                heapq.heappush(heap, entry)
-            if pick == -1:
-                break
-
-    # 3. The sticky passes may have spent the leftover slots before a member
-    #    that cannot hold some task's standby (it is active or warming up for
-    #    it) got its share, or a fallback overloaded one: even counts out.
-    _repair_balance(chosen, counts, owners, blocked, eligible, domains)
-    placed = {task: members for task, members in chosen.items() if members}
-    return StandbyPlacement(standbys=placed, warmups_as_standby=converted)
+                ctx.offer(g, p, preferred)
 
 
-def _interleaved_by_owner(
-    wanted: dict[int, int],
-    owners: list[list[int]],
-    chosen: dict[Task, list[int]],
-) -> list[Task]:
+def _interleaved_by_owner(ctx: _Context) -> list[Task]:
     """Tasks still short of standbys, one per active member in turn.
 
     Consecutive tasks then have different actives (and domains), so a member
@@ -287,58 +301,168 @@ def _interleaved_by_owner(
     popped and pushed back for a whole run of tasks of the same active.
     """
     by_owner: dict[int, list[Task]] = {}
-    # chosen holds every task of `wanted`, in (group, partition) order.
-    for task, taken in chosen.items():
-        g, p = task
-        if len(taken) < wanted[g]:
-            by_owner.setdefault(owners[g][p], []).append(task)
-    queues = [by_owner[m] for m in sorted(by_owner)]
-    ordered: list[Task] = []
-    depth = max((len(q) for q in queues), default=0)
-    for i in range(depth):
-        ordered.extend(q[i] for q in queues if i < len(q))
-    return ordered
+    for g, k in ctx.wanted.items():
+        owners = ctx.owners[g]
+        for p, taken in enumerate(ctx.chosen[g]):
+            if len(taken) < k:
+                queue = by_owner.get(owners[p])
+                if queue is None:
+                    by_owner[owners[p]] = [(g, p)]
+                else:
+                    queue.append((g, p))
+    rows = zip_longest(*(by_owner[m] for m in sorted(by_owner)))
+    return [task for row in rows for task in row if task is not None]
 
 
-def _repair_balance(
-    chosen: dict[Task, list[int]],
-    counts: _Counts,
-    owners: list[list[int]],
-    blocked: dict[Task, int],
-    eligible: dict[int, set[int]],
-    domains: _Domains,
-) -> None:
+def _fill_from_heap(ctx: _Context, tasks: list[Task]) -> None:
+    """2. Fill the gaps from the least loaded members: a heap of (load, member).
+
+    The search for the least loaded member in the best open tier, and the
+    count bookkeeping of `_Counts`, are inline: this runs once per task and
+    standby, 10,000 times for a fresh group of 10,000 tasks. See
+    `_least_loaded_anyway` for when no member is left in that tier.
+    """
+    counts = ctx.counts
+    count, floor = counts.count, counts.floor
+    host_of, rack_of = ctx.domains.host, ctx.domains.rack
+    # Heap entries are single ints, load * stride + member, ordered as the
+    # (load, member) pairs they stand for: ints compare several times faster
+    # than tuples, and each heap operation makes about ten comparisons.
+    # load = (count + 1) / capacity, scaled by the capacities' least common
+    # multiple to stay an exact integer.
+    stride = len(count)
+    common = math.lcm(*(counts.capacity[m] for m in counts.members))
+    scale = [common // c for c in counts.capacity]
+    heap = [(count[m] + 1) * scale[m] * stride + m for m in counts.members if counts.can_take(m)]
+    heapq.heapify(heap)
+    heappop, heappush, heapreplace = heapq.heappop, heapq.heappush, heapq.heapreplace
+    # The best tier for a task's first standby beside its active, per group.
+    first_best = {
+        g: 0 if ctx.distinct_racks[g] > 1 else 1 if ctx.distinct_hosts[g] > 1 else 2
+        for g in ctx.wanted
+    }
+    leftover = counts.leftover  # written back before anything else reads it
+    for g, p in tasks:
+        k = ctx.wanted[g]
+        taken = ctx.chosen[g][p]
+        active = ctx.owners[g][p]
+        blocked = ctx.blocked.get(g, _NOTHING)
+        not_here = blocked.get(p, -1)
+        allowed = ctx.eligible[g]
+        while len(taken) < k:
+            if taken or active == -1:
+                hosts, racks = ctx.used(g, p)
+                best = ctx.best_of(g, hosts, racks)
+            else:  # the common case: the first standby beside the active
+                hosts, racks = {host_of[active]}, {rack_of[active]}
+                best = first_best[g]
+            # Least loaded member in tier `best`; unfit entries are popped
+            # past and pushed back after. Pops come in (load, member) order
+            # whatever the heap's layout, so this picks exactly what popping
+            # and pushing everything back would.
+            skipped: list[int] = []
+            pick = -1
+            while heap:
+                load, m = divmod(heap[0], stride)
+                c, f = count[m], floor[m]
+                if load != (c + 1) * scale[m] or not (c < f or (c == f and leftover > 0)):
+                    heappop(heap)  # stale entry, or full for good: counts only grow
+                    continue
+                if m in (active, not_here) or m in taken or m not in allowed:
+                    skipped.append(heappop(heap))
+                    continue
+                rack = rack_of[m]
+                tier = 0 if rack not in racks else 1 if host_of[m] not in hosts else 2
+                if tier != best:
+                    skipped.append(heappop(heap))
+                    continue
+                pick = m
+                break
+            on_top = pick != -1
+            if pick == -1:
+                counts.leftover = leftover
+                pick = _least_loaded_anyway(ctx, g, p, (active, not_here))
+            if pick == -1 and p in blocked and blocked[p] not in taken:
+                # The member warming up is the only replica left: it holds
+                # the standby instead, which replays just the same.
+                pick = blocked.pop(p)
+                ctx.converted.add((g, p))
+            if pick != -1:
+                # counts.take(pick), and whether it can take another
+                c, f = count[pick], floor[pick]
+                if c == f and leftover > 0:
+                    leftover -= 1
+                count[pick] = c = c + 1
+                taken.append(pick)
+                room = c < f or (c == f and leftover > 0)
+                # Its entry on top gives way to its new load in one sift.
+                if on_top and room:
+                    heapreplace(heap, (c + 1) * scale[pick] * stride + pick)
+                elif on_top:
+                    heappop(heap)
+                elif room:
+                    heappush(heap, (c + 1) * scale[pick] * stride + pick)
+            for entry in skipped:
+                heappush(heap, entry)
+            if pick == -1:
+                break
+    counts.leftover = leftover
+
+
+def _least_loaded_anyway(ctx: _Context, g: int, p: int, excluded: tuple[int, int]) -> int:
+    """When domains or limits cannot all be met: best tier, then lowest load."""
+    taken = ctx.chosen[g][p]
+    options = [m for m in ctx.eligible[g] if m not in excluded and m not in taken]
+    if not options:
+        return -1
+    return min(options, key=lambda m: (ctx.tier(g, p, m), ctx.counts.key(m), m))
+
+
+def _repair_balance(ctx: _Context) -> None:
+    """3. Even counts out where the sticky passes could not.
+
+    They may have spent the leftover slots before a member that cannot hold
+    some task's standby (it is active or warming up for it) got its share,
+    or a fallback overloaded one. Moves one standby at a time from the most
+    to the least loaded (relative to their floors) while they differ by two
+    or more and a move is allowed.
+    """
+    counts, domains, owners = ctx.counts, ctx.domains, ctx.owners
+    members = counts.members
+    excess = [counts.count[m] - counts.floor[m] for m in members]
+    if not members or max(excess) - min(excess) < 2:
+        return
+
     def tier(m: int, others: list[int]) -> int:
         """0: a rack no other copy uses; 1: only a new host; 2: neither."""
         if domains.rack[m] not in {domains.rack[o] for o in others}:
             return 0
         return 1 if domains.host[m] not in {domains.host[o] for o in others} else 2
 
-    def excess(m: int) -> int:
+    def excess_of(m: int) -> int:
         return counts.count[m] - counts.floor[m]
 
-    members = list(counts.count)
-    if not members or max(map(excess, members)) - min(map(excess, members)) < 2:
-        return
     held: dict[int, list[Task]] = {m: [] for m in members}
-    for task, holders in chosen.items():
-        for m in holders:
-            held[m].append(task)
+    for g, chosen in ctx.chosen.items():
+        for p, holders in enumerate(chosen):
+            for m in holders:
+                held[m].append((g, p))
 
     def hand_over(giver: int, taker: int) -> bool:
         for task in held[giver]:
             g, p = task
+            taken = ctx.chosen[g][p]
             if (
                 taker == owners[g][p]
-                or taker == blocked.get(task)
-                or taker in chosen[task]
-                or taker not in eligible[g]
+                or taker == ctx.blocked.get(g, _NOTHING).get(p)
+                or taker in taken
+                or taker not in ctx.eligible[g]
             ):
                 continue
-            others = [owners[g][p], *(m for m in chosen[task] if m != giver)]
+            others = [owners[g][p], *(m for m in taken if m != giver)]
             if tier(taker, others) > tier(giver, others):
                 continue
-            chosen[task][chosen[task].index(giver)] = taker
+            taken[taken.index(giver)] = taker
             held[giver].remove(task)
             held[taker].append(task)
             counts.count[giver] -= 1
@@ -346,71 +470,17 @@ def _repair_balance(
             return True
         return False
 
-    # Move one standby at a time from the most to the least loaded (relative
-    # to their floors) while they differ by two or more and a move is allowed.
     moved = True
     while moved:
         moved = False
-        givers = sorted(members, key=lambda m: (-excess(m), m))
-        takers = sorted(members, key=lambda m: (excess(m), m))
+        givers = sorted(members, key=lambda m: (-excess_of(m), m))
+        takers = sorted(members, key=lambda m: (excess_of(m), m))
         for giver in givers:
             for taker in takers:
-                if excess(giver) - excess(taker) < 2:
+                if excess_of(giver) - excess_of(taker) < 2:
                     break
                 if hand_over(giver, taker):
                     moved = True
                     break
             if moved:
                 break
-
-
-def _best_on_top(
-    heap: list[tuple[float, int]],
-    counts: _Counts,
-    excluded: tuple[int, int],
-    eligible: set[int],
-    taken: list[int],
-    domains: _Domains,
-    hosts: set[int],
-    racks: set[int],
-    best: int,
-) -> tuple[int, list[tuple[float, int]]]:
-    """Least loaded member in tier ``best``, and the unfit entries popped past.
-
-    ``hosts`` and ``racks`` are those the task's copies use already; a
-    member's tier is told from them as `place_standbys`' ``tier`` does. The
-    member found stays on top of the heap (the caller replaces its entry
-    once its load changed); the caller pushes the skipped entries back. Pops
-    come in (load, member) order whatever the heap's layout, so this picks
-    exactly what popping and pushing everything back would.
-    """
-    skipped: list[tuple[float, int]] = []
-    while heap:
-        key, m = heap[0]
-        if key != counts.key(m) or not counts.can_take(m):
-            heapq.heappop(heap)  # stale entry, or full for good: counts only grow
-            continue
-        if m in excluded or m in taken or m not in eligible:
-            skipped.append(heapq.heappop(heap))
-            continue
-        tier = 0 if domains.rack[m] not in racks else 1 if domains.host[m] not in hosts else 2
-        if tier != best:
-            skipped.append(heapq.heappop(heap))
-            continue
-        return m, skipped
-    return -1, skipped
-
-
-def _least_loaded_anyway(
-    task: Task,
-    excluded: tuple[int, int],
-    eligible: set[int],
-    taken: list[int],
-    tier: TierOf,
-    counts: _Counts,
-) -> int:
-    """When domains or limits cannot all be met: best tier, then lowest load."""
-    options = [m for m in eligible if m not in excluded and m not in taken]
-    if not options:
-        return -1
-    return min(options, key=lambda m: (tier(task, m), counts.key(m), m))

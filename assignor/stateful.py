@@ -126,9 +126,9 @@ def assign_stateful(scenario: Scenario, grouping: Grouping) -> dict[str, Any]:
     for group in groups:
         owned = ((p, owner) for p, owner in enumerate(actives.owner[group.index]) if owner != -1)
         _add_each(active, names, group.topics, owned)
-    standby_of = _by_group((task, m) for task, holders in standbys.items() for m in holders)
-    for g, holders in standby_of.items():
-        _add_each(standby, names, groups[g].changelog_topics, holders)
+    for g, chosen in standbys.items():
+        copies = ((p, m) for p, members in enumerate(chosen) for m in members)
+        _add_each(standby, names, groups[g].changelog_topics, copies)
     for g, holders in _by_group(warmups.items()).items():
         _add_each(warmup, names, groups[g].changelog_topics, holders)
 
