@@ -5,18 +5,14 @@ InconsistentGroupProtocolError from inside the worker."""
 from __future__ import annotations
 
 import asyncio
-import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 from streamapp.group_check import find_foreign_group
-from streamapp.kafka.probe import free_port
 from streamapp.partition_assignor import PROTOCOL_NAME
 
 from .apps.foreign_group import GROUP
-from .workers import REPO_ROOT, WorkerProcess
+from .workers import WorkerProcess, start_stock_faust_worker
 
 APP = "tests.integration.apps.foreign_group"
 
@@ -25,32 +21,7 @@ def test_streamapp_worker_refuses_a_group_run_by_stock_faust(
     kafka_bootstrap: str, tmp_path: Path
 ) -> None:
     log_path = tmp_path / "stock.log"
-    with log_path.open("wb") as log:
-        stock = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "faust",
-                "-A",
-                f"{APP}:stock",
-                "worker",
-                "-l",
-                "info",
-                "--web-port",
-                str(free_port()),
-                "--web-host",
-                "127.0.0.1",
-            ],
-            cwd=REPO_ROOT,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env={
-                **os.environ,
-                "BROKER_URL": f"kafka://{kafka_bootstrap}",
-                "APP_DATADIR": str(tmp_path / "stock-data"),
-            },
-        )
+    stock = start_stock_faust_worker(f"{APP}:stock", kafka_bootstrap, tmp_path / "stock", log_path)
     try:
         deadline = time.monotonic() + 90
         found = None

@@ -10,10 +10,7 @@ table's contents (``/latest/``, each worker's active partitions).
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -21,10 +18,9 @@ from typing import Any
 
 import pytest
 
-from streamapp.kafka.probe import free_port
 from tests.integration.apps.rebalance_io import create_topic, end_offsets, produce
 
-from .workers import REPO_ROOT, WorkerProcess
+from .workers import WorkerProcess, start_stock_faust_worker
 
 APP = "tests.integration.apps.rebalance:app"
 STOCK_APP = "tests.integration.apps.stock_faust:app"
@@ -257,32 +253,9 @@ def test_scale_out_warms_up_first_and_never_replays_a_full_changelog(group: Grou
 def test_stock_faust_worker_is_refused_and_the_group_carries_on(group: Group) -> None:
     before = group.actives()
     log_path = group.root / "stock-faust.log"
-    with log_path.open("wb") as log:
-        stock = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "faust",
-                "-A",
-                STOCK_APP,
-                "worker",
-                "-l",
-                "info",
-                "--web-port",
-                str(free_port()),
-                "--web-host",
-                "127.0.0.1",
-            ],
-            cwd=REPO_ROOT,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env={
-                **os.environ,
-                "BROKER_URL": f"kafka://{group.bootstrap}",
-                "APP_DATADIR": str(group.root / "stock-faust"),
-            },
-        )
+    stock = start_stock_faust_worker(
+        STOCK_APP, group.bootstrap, group.root / "stock-faust", log_path
+    )
     try:
         # Refused by the broker at JoinGroup: it never gets into the group.
         deadline = time.monotonic() + 90

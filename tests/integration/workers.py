@@ -107,3 +107,31 @@ class WorkerProcess:
     def __exit__(self, *exc: object) -> None:
         if self.process is not None and self.process.poll() is None:
             self.stop()
+
+
+def start_stock_faust_worker(
+    app: str, bootstrap: str, data_dir: Path, log_path: Path
+) -> subprocess.Popen[bytes]:
+    """A worker of a plain `faust.App` (stock Faust's own assignor), as `faust worker` runs it."""
+    with log_path.open("wb") as log:
+        return subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "faust",
+                "-A",
+                app,
+                "worker",
+                "-l",
+                "info",
+                "--web-port",
+                str(free_port()),
+                "--web-host",
+                "127.0.0.1",
+            ],
+            cwd=REPO_ROOT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, "BROKER_URL": f"kafka://{bootstrap}", "APP_DATADIR": str(data_dir)},
+        )
