@@ -32,8 +32,9 @@ from assignor.model import Scenario
 from assignor.quotas import active_quotas
 from assignor.result import build_result
 from assignor.standby_placement import place_standbys
+from assignor.task_result import Decision, build_task_result
 
-__all__ = ["assign_stateful"]
+__all__ = ["assign_stateful", "decide", "placements"]
 
 #: member id -> topic -> partitions
 _Placement = dict[str, dict[str, list[int]]]
@@ -107,35 +108,50 @@ def _withhold_moving_partitions(
     return active, revoking
 
 
-def assign_stateful(scenario: Scenario, grouping: Grouping) -> dict[str, Any]:
-    """The ``stateful`` strategy's result for a parsed scenario (see module docs)."""
+def decide(scenario: Scenario, grouping: Grouping) -> tuple[Decision, int]:
+    """Steps 1-5 of the module docs: the decision, and how many tasks were held back."""
     groups = list(grouping.groups)
     facts = TaskFacts.collect(scenario, grouping)
     quotas = active_quotas(groups, facts)
     actives = place_actives(groups, quotas, facts)
     warmups = _warmups(scenario, actives.withheld)
     replicas = place_standbys(scenario, groups, actives.owner, facts, actives.withheld, warmups)
-    standbys = replicas.standbys
     for task in replicas.warmups_as_standby:
         del warmups[task]
+    decision = Decision(
+        names=facts.members, owner=actives.owner, standbys=replicas.standbys, warmups=warmups
+    )
+    return decision, len(actives.withheld)
 
-    names = facts.members
+
+def placements(grouping: Grouping, decision: Decision) -> tuple[_Placement, _Placement, _Placement]:
+    """The decision as member id -> topic -> partitions: active, standby, warmup."""
+    groups = grouping.groups
+    names = decision.names
     active: _Placement = {m: {} for m in names}
     standby: _Placement = {m: {} for m in names}
     warmup: _Placement = {m: {} for m in names}
     for group in groups:
-        owned = ((p, owner) for p, owner in enumerate(actives.owner[group.index]) if owner != -1)
+        owned = ((p, owner) for p, owner in enumerate(decision.owner[group.index]) if owner != -1)
         _add_each(active, names, group.topics, owned)
-    for g, chosen in standbys.items():
+    for g, chosen in decision.standbys.items():
         copies = ((p, m) for p, members in enumerate(chosen) for m in members)
         _add_each(standby, names, groups[g].changelog_topics, copies)
-    for g, holders in _by_group(warmups.items()).items():
+    for g, holders in _by_group(decision.warmups.items()).items():
         _add_each(warmup, names, groups[g].changelog_topics, holders)
+    return active, standby, warmup
 
-    revoking: dict[str, dict[str, list[int]]] = {}
-    if scenario.protocol == "cooperative":
-        active, revoking = _withhold_moving_partitions(scenario, active)
 
+def assign_stateful(scenario: Scenario, grouping: Grouping) -> dict[str, Any]:
+    """The ``stateful`` strategy's result for a parsed scenario (see module docs)."""
+    decision, held_back = decide(scenario, grouping)
+    stats = {"held_back_for_warmup": held_back}
+    if scenario.protocol != "cooperative":
+        return build_task_result(
+            scenario, grouping, decision, followup_rebalance=held_back > 0, stats=stats
+        )
+    active, standby, warmup = placements(grouping, decision)
+    active, revoking = _withhold_moving_partitions(scenario, active)
     return build_result(
         "stateful",
         scenario,
@@ -144,6 +160,6 @@ def assign_stateful(scenario: Scenario, grouping: Grouping) -> dict[str, Any]:
         standby=standby,
         warmup=warmup,
         revoking=revoking,
-        followup_rebalance=bool(actives.withheld) or bool(revoking),
-        stats={"held_back_for_warmup": len(actives.withheld)},
+        followup_rebalance=held_back > 0 or bool(revoking),
+        stats=stats,
     )
