@@ -164,6 +164,30 @@ def group(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Ite
         env.undo()
 
 
+def test_assignment_view_is_the_contract_shape(group: Group) -> None:
+    """``GET /streamapp/assignment`` as contracts/cli.md writes it, with real values."""
+    views = {name: group.view(name) for name in group.workers}
+    members = set()
+    for name, v in views.items():
+        assert v["client_id"] == name
+        assert isinstance(v["member_id"], str) and v["member_id"]
+        members.add(v["member_id"])
+        assert isinstance(v["generation"], int) and v["generation"] > 0
+        assert isinstance(v["host"], str) and v["host"]
+        assert v["rack"] is None
+        assert v["active"][TOPIC] and v["active"][CHANGELOG] == v["active"][TOPIC]
+        assert set(v["standby"]) <= {CHANGELOG} and v["warmup"] == {}
+        recovery = v["recovery"]
+        last = recovery["last_rebalance"]
+        assert isinstance(last["records_replayed"], int) and last["records_replayed"] >= 0
+        assert isinstance(last["seconds_to_resume"], float) and last["seconds_to_resume"] >= 0
+        assert recovery["records_replayed_total"] >= last["records_replayed"]
+        assert isinstance(v["rebalances"], int) and v["rebalances"] >= 1
+    assert len(members) == len(views)
+    # Generations agree: one plan is in force.
+    assert len({v["generation"] for v in views.values()}) == 1
+
+
 def test_crash_promotes_standbys_with_at_most_the_acceptable_lag(group: Group) -> None:
     views = {name: group.view(name) for name in group.workers}
     victim = "w3"
