@@ -31,7 +31,9 @@ zero); a missing offset counts as 0.
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
+from itertools import repeat
 
 from assignor.grouper import Grouping
 from assignor.model import Scenario
@@ -85,6 +87,11 @@ class TaskFacts:
                 if g is None or i not in eligible[g]:
                     continue
                 owners = previous_owner[g]
+                # The common case, in C: nobody else claimed these partitions
+                # (this member may have, through another topic of the group).
+                if not votes and set(map(owners.__getitem__, partitions)) <= {-1, i}:
+                    deque(map(owners.__setitem__, partitions, repeat(i)), maxlen=0)
+                    continue
                 for p in partitions:
                     current = owners[p]
                     if current == -1:

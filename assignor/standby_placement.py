@@ -143,13 +143,6 @@ class _Context:
             return 0
         return 1 if len(hosts) < self.distinct_hosts[g] else 2
 
-    def tier(self, g: int, p: int, m: int) -> int:
-        """0: a rack no copy of (g, p) uses; 1: only a new host; 2: neither."""
-        hosts, racks = self.used(g, p)
-        if self.domains.rack[m] not in racks:
-            return 0
-        return 1 if self.domains.host[m] not in hosts else 2
-
     def offer(self, g: int, p: int, candidates: Iterable[int]) -> None:
         """Take candidates in order while they are in the best open tier and have room."""
         k = self.wanted[g]
@@ -410,12 +403,25 @@ def _fill_from_heap(ctx: _Context, tasks: list[Task]) -> None:
 
 
 def _least_loaded_anyway(ctx: _Context, g: int, p: int, excluded: tuple[int, int]) -> int:
-    """When domains or limits cannot all be met: best tier, then lowest load."""
+    """When domains or limits cannot all be met: best tier, then lowest load.
+
+    `_Context.tier` inline, on the task's domains worked out once: this scans
+    every eligible member.
+    """
     taken = ctx.chosen[g][p]
     options = [m for m in ctx.eligible[g] if m not in excluded and m not in taken]
     if not options:
         return -1
-    return min(options, key=lambda m: (ctx.tier(g, p, m), ctx.counts.key(m), m))
+    hosts, racks = ctx.used(g, p)
+    host_of, rack_of, key = ctx.domains.host, ctx.domains.rack, ctx.counts.key
+    return min(
+        options,
+        key=lambda m: (
+            0 if rack_of[m] not in racks else 1 if host_of[m] not in hosts else 2,
+            key(m),
+            m,
+        ),
+    )
 
 
 def _repair_balance(ctx: _Context) -> None:
@@ -473,8 +479,19 @@ def _repair_balance(ctx: _Context) -> None:
     moved = True
     while moved:
         moved = False
-        givers = sorted(members, key=lambda m: (-excess_of(m), m))
-        takers = sorted(members, key=lambda m: (excess_of(m), m))
+        # Only pairs two or more apart are ever tried, so only members at
+        # least two above the lowest can give, two below the highest take:
+        # sorting just those keeps each round short at 1,000 members.
+        excess = [counts.count[m] - counts.floor[m] for m in members]
+        high, low = max(excess), min(excess)
+        givers = sorted(
+            (m for m, e in zip(members, excess, strict=True) if e >= low + 2),
+            key=lambda m: (-excess_of(m), m),
+        )
+        takers = sorted(
+            (m for m, e in zip(members, excess, strict=True) if e <= high - 2),
+            key=lambda m: (excess_of(m), m),
+        )
         for giver in givers:
             for taker in takers:
                 if excess_of(giver) - excess_of(taker) < 2:
