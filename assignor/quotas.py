@@ -139,16 +139,32 @@ def _uniform_quotas(
             if has_room(member):
                 grant(k, member)
 
-    # 2. The rest, groups needing most first, to members with fewest extras
-    #    (then those that held most of the group, to move fewer tasks).
+    # 2. The rest, stateful groups first and groups needing most first, to
+    #    members with fewest extras (for a stateful group, then fewest
+    #    stateful extras; then those that held most of the group, to move
+    #    fewer tasks). Stateful extras spread evenly keep standby counts
+    #    balanced too: a member cannot hold a standby of its own active, so
+    #    with few members (two, or num_standbys = members - 1) its standby
+    #    count is fixed by the stateful actives of the others.
+    stateful_extras = dict.fromkeys(members, 0)
+    for k, chosen in enumerate(gets_extra):
+        if groups[k].stateful:
+            for member in chosen:
+                stateful_extras[member] += 1
     order = sorted(range(len(groups)), key=lambda k: (len(gets_extra[k]) - extras_needed[k], k))
     for k in order:
         missing = extras_needed[k] - len(gets_extra[k])
         if missing <= 0:
             continue
+        weigh_state = groups[k].stateful
         candidates = sorted(
             (m for m in members if m not in gets_extra[k]),
-            key=lambda m: (extras[m], -held[k].get(m, 0), m),
+            key=lambda m: (
+                extras[m],
+                stateful_extras[m] if weigh_state else 0,
+                -held[k].get(m, 0),
+                m,
+            ),
         )
         for member in candidates:
             if missing == 0:
@@ -156,6 +172,7 @@ def _uniform_quotas(
             # Room only shrinks while we grant, so one ordered pass suffices.
             if has_room(member):
                 grant(k, member)
+                stateful_extras[member] += weigh_state
                 missing -= 1
         while missing > 0:
             member = make_room(k)

@@ -336,6 +336,26 @@ def test_rule4_standby_counts_are_balanced(s: Scenario) -> None:
     assert spread(held) <= 1
 
 
+def test_rule4_two_members_split_the_stateful_extras_so_standbys_balance() -> None:
+    # Two members: each holds a standby of every stateful task the other
+    # holds active, so the stateful actives must split 8/8 (s1, stateless,
+    # takes the odd extra), not 9/7. Found by hypothesis.
+    members = ["s0", "s0-changelog", "s1", "s2", "s2-changelog"]
+    s: Scenario = {
+        "topics": {"s0": 9, "s0-changelog": 9, "s1": 1, "s2": 7, "s2-changelog": 7},
+        "changelog_topics": ["s0-changelog", "s2-changelog"],
+        "num_standbys": 1,
+        "members": {
+            f"m{i}": {"client_id": f"c{i}", "subscription": members, "host": f"h{i}"}
+            for i in range(2)
+        },
+    }
+    result = plan(s)
+    held = [len(tasks_of(result, share["standby"])) for share in result["members"].values()]
+    assert held == [8, 8]
+    assert result["stats"]["max_active_spread"] == 1
+
+
 @SETTINGS
 @given(scenarios(uniform=True))
 def test_rule5_unchanged_balanced_actives_are_a_fixed_point(s: Scenario) -> None:
