@@ -111,8 +111,11 @@ def check_group_protocol(app: faust.App) -> None:
     from faust.transport.drivers.aiokafka import server_list
 
     from streamapp.group_check import find_foreign_group, foreign_group_message
-    from streamapp.partition_assignor import PROTOCOL_NAME
+    from streamapp.partition_assignor import PROTOCOL_NAME, StreamappPartitionAssignor
 
+    assignor = app.conf.PartitionAssignor
+    if not (isinstance(assignor, type) and issubclass(assignor, StreamappPartitionAssignor)):
+        return  # the app chose another assignor on purpose (bench/rebalance.py runs Faust's)
     bootstrap = ",".join(server_list(app.conf.broker, 9092))
     found = asyncio.run(find_foreign_group(bootstrap, app.conf.id, PROTOCOL_NAME))
     if found is not None:
