@@ -104,6 +104,9 @@ class TaskFacts:
                 if g is None or not groups[g].stateful or i not in eligible[g]:
                     continue
                 standbys = previous_standbys[g]
+                if standbys.keys().isdisjoint(partitions):  # the common case
+                    standbys.update({p: [i] for p in partitions})
+                    continue
                 for p in partitions:
                     holders = standbys.get(p)
                     if holders is None:
@@ -151,23 +154,27 @@ class TaskFacts:
         for g, group in enumerate(groups):
             if not group.stateful:
                 continue
-            owners, lags_of = previous_owner[g], state_lag[g]
+            owners, lags_of, standbys = previous_owner[g], state_lag[g], previous_standbys[g]
             for p, owner in enumerate(owners):
-                if owner != -1:
-                    lags = lags_of.get(p)
+                lags = lags_of.get(p)
+                if owner == -1:
+                    if not lags or not restarted:
+                        continue
+                    owner = cls._state_owner(lags, restarted, scenario.acceptable_recovery_lag)
+                    owners[p] = owner
+                    if owner == -1:
+                        continue
+                else:
+                    # A running active is caught up.
                     if lags is None:
                         lags_of[p] = {owner: 0}
                     else:
                         lags[owner] = 0
-                    continue
-                lags = lags_of.get(p)
-                if lags and restarted:
-                    owners[p] = cls._state_owner(lags, restarted, scenario.acceptable_recovery_lag)
-            # A standby that was never asked for (owned_standby of a member
-            # that also owns the task active) cannot be both; the owner wins.
-            for p, holders in previous_standbys[g].items():
-                if owners[p] in holders:
-                    holders.remove(owners[p])
+                # A standby that was never asked for (owned_standby of a member
+                # that also owns the task active) cannot be both; the owner wins.
+                holders = standbys.get(p)
+                if holders is not None and owner in holders:
+                    holders.remove(owner)
 
         return cls(
             members=members,
@@ -203,6 +210,8 @@ class TaskFacts:
     ) -> tuple[list[dict[int, dict[int, int]]], list[list[int]]]:
         end = scenario.end_offsets
         no_state: list[list[int]] = []
+        #: changelog topic -> end offset per partition, as a list
+        end_of: dict[str, list[int]] = {}
         for group in grouping.groups:
             if not group.stateful:
                 no_state.append([])
@@ -210,9 +219,14 @@ class TaskFacts:
             # Summed topic by topic: one pass over each changelog's end offsets.
             totals = [0] * group.partitions
             for topic in group.changelog_topics:
+                ends = [0] * group.partitions
                 for p, offset in end.get(topic, {}).items():
                     if p < group.partitions:
                         totals[p] += offset
+                        ends[p] = offset
+                end_of[topic] = ends
+            if len(group.changelog_topics) == 1:
+                end_of[group.changelog_topics[0]] = totals  # the same numbers
             no_state.append(totals)
         # Lag per (task, member): the task's total minus what the member
         # replayed of each changelog, min(offset, end), in one pass.
@@ -225,10 +239,13 @@ class TaskFacts:
                     continue
                 if i not in eligible[found]:
                     continue
-                topic_end = end.get(topic, {})
+                # Lists indexed by partition: offsets beyond the topic's
+                # partition count were dropped as stale by parse_scenario.
+                topic_end = end_of[topic]
                 totals, lags_of = no_state[found], state_lag[found]
                 for p, offset in by_partition.items():
-                    done = min(offset, topic_end.get(p, 0))
+                    end_p = topic_end[p]
+                    done = offset if offset < end_p else end_p  # min(), without the call
                     lags = lags_of.get(p)
                     if lags is None:
                         lags_of[p] = {i: totals[p] - done}
