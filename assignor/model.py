@@ -299,12 +299,18 @@ def _parse_ownership(
     owned: Ownership = {}
     for topic, partitions in _mapping(raw, path).items():
         topic = _string(topic, path)
-        listed = _partition_numbers(partitions, path, topic)
+        listed = (
+            partitions  # the common case: a list of plain ints (checked >= 0 once sorted)
+            if type(partitions) is list and _INT_ONLY.issuperset(map(type, partitions))
+            else _partition_numbers(partitions, path, topic)
+        )
+        numbers = sorted(set(listed))
+        if numbers and numbers[0] < 0:  # a negative partition: the full check names it
+            _partition_numbers(partitions, path, topic)
         count = topics.get(topic)
         if count is None:
             stale.count += len(listed)
             continue
-        numbers = sorted(set(listed))
         # One range check per topic (the last is the highest); filter only when it fails.
         if numbers and numbers[-1] >= count:
             live = [n for n in numbers if n < count]
@@ -434,6 +440,9 @@ def _contested_claims(members: dict[str, Member]) -> dict[tuple[str, int], list[
     for member in members.values():
         for topic, partitions in member.owned_active.items():
             claimed = first.setdefault(topic, {})
+            if claimed.keys().isdisjoint(partitions):  # the common case, no set built
+                claimed.update(dict.fromkeys(partitions, member))
+                continue
             again = claimed.keys() & partitions
             if again:
                 for partition in sorted(again):
