@@ -84,6 +84,34 @@ def _sorted_topics(placement: dict[str, list[int]]) -> dict[str, list[int]]:
     return placement if len(placement) < 2 else dict(sorted(placement.items()))
 
 
+def _members(
+    names: list[str],
+    active: list[dict[str, list[int]]],
+    standby: list[dict[str, list[int]]],
+    warmup: list[dict[str, list[int]]],
+    *,
+    several: bool,
+) -> dict[str, dict[str, dict[str, list[int]]]]:
+    """The result's ``members``, topics in order.
+
+    One group's topics are placed in its (sorted) topic order already; only
+    topics of several groups can interleave and need sorting per member.
+    """
+    if not several:
+        return {
+            name: {"active": a, "standby": s, "warmup": w}
+            for name, a, s, w in zip(names, active, standby, warmup, strict=True)
+        }
+    return {
+        name: {
+            "active": _sorted_topics(a),
+            "standby": _sorted_topics(s),
+            "warmup": _sorted_topics(w),
+        }
+        for name, a, s, w in zip(names, active, standby, warmup, strict=True)
+    }
+
+
 def _spread(values: list[int]) -> int:
     return max(values) - min(values) if values else 0
 
@@ -186,14 +214,7 @@ def build_task_result(
     return {
         "strategy": "stateful",
         "groups": group_summaries(grouping),
-        "members": {
-            name: {
-                "active": _sorted_topics(active[i]),
-                "standby": _sorted_topics(standby[i]),
-                "warmup": _sorted_topics(warmup[i]),
-            }
-            for i, name in enumerate(decision.names)
-        },
+        "members": _members(decision.names, active, standby, warmup, several=len(groups) > 1),
         "unassigned": _unassigned(scenario, grouping, decision.owner),
         "revoking": {},
         "followup_rebalance": followup_rebalance,
