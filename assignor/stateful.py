@@ -15,6 +15,10 @@
 6. the cooperative protocol: a partition changing member is withheld and
    listed in ``revoking`` of the member that held it.
 
+Steps 1-5 are `decide`; the eager result is built straight from its
+per-group arrays by `task_result.build_task_result`, the cooperative one
+through `placements` and the generic `result.build_result`.
+
 ``followup_rebalance`` is true when a task was held back or a partition is
 being revoked: the result is a step, and the group should rebalance again
 once warmups caught up or revocations completed.
