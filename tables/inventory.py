@@ -21,7 +21,8 @@ import rocksdict
 logger = logging.getLogger(__name__)
 
 OFFSET_KEY = b"__faust\x00offset__"
-_STORE_NAME = re.compile(r"^(?P<table>.+)-(?P<partition>\d+)\.db$")
+#: ``<table name>-<partition>.db``: one store, as faust 0.15.3 names them.
+STORE_NAME = re.compile(r"^(?P<table>.+)-(?P<partition>\d+)\.db$")
 
 
 def read_persisted_offset(path: Path) -> int | None:
@@ -58,7 +59,7 @@ class LocalStateInventory:
         if not self.tabledir.is_dir():
             return found
         for path in sorted(self.tabledir.iterdir()):
-            match = _STORE_NAME.match(path.name)
+            match = STORE_NAME.match(path.name)
             if match is None or not path.is_dir():
                 continue
             topic = self.changelog_topics.get(match["table"])
