@@ -321,20 +321,23 @@ def _parse_ownership(
     return owned if len(owned) < 2 else dict(sorted(owned.items()))
 
 
-def _offset_entries(raw: Mapping[Any, Any], path: str) -> dict[int, int]:
+def _offset_entries(raw: Mapping[Any, Any], path: str, topic: str) -> dict[int, int]:
+    """Offsets of ``path.topic``, keyed by partition number; the path is built only for an error."""
     try:  # the fast, common case: "0": 1500, ...
         entries = dict(zip(map(int, raw.keys(), repeat(10)), raw.values(), strict=True))
         if (
             len(entries) == len(raw)
-            and _all_plain_counts(entries.values())
+            and _INT_ONLY.issuperset(map(type, entries.values()))
+            and min(entries.values(), default=0) >= 0
             and min(entries, default=0) >= 0
         ):
             return entries
     except (TypeError, ValueError):
         pass
     checked: dict[int, int] = {}
+    where = _join(path, topic)
     for key, offset in raw.items():
-        entry_path = f"{path}.{key}"
+        entry_path = f"{where}.{key}"
         number = _partition_key(key, entry_path)
         checked[number] = _integer(offset, entry_path, minimum=0, what="offset")
     return checked
@@ -346,8 +349,11 @@ def _parse_offsets(
     offsets: Offsets = {}
     for topic, by_partition in _mapping(raw, path).items():
         topic = _string(topic, path)
-        topic_path = _join(path, topic)
-        entries = _offset_entries(_mapping(by_partition, topic_path), topic_path)
+        if type(by_partition) is dict:
+            entries = _offset_entries(by_partition, path, topic)
+        else:
+            topic_path = _join(path, topic)
+            entries = _offset_entries(_mapping(by_partition, topic_path), path, topic)
         count = topics.get(topic)
         if count is None:
             stale.count += len(entries)
