@@ -82,15 +82,21 @@ class TaskFacts:
         votes: dict[Task, dict[int, int]] = {}
         previous_standbys: list[dict[int, list[int]]] = [{} for _ in groups]
         for i, member in enumerate(scenario.members.values()):
+            # group -> partitions this member's claims recorded whole: its
+            # other topics of the group usually list the very same ones.
+            recorded: dict[int, tuple[int, ...]] = {}
             for topic, partitions in member.owned_active.items():
                 g = group_of_topic.get(topic)
                 if g is None or i not in eligible[g]:
                     continue
                 owners = previous_owner[g]
+                if not votes and recorded.get(g) == partitions:
+                    continue  # the same partitions of another topic of the group: done
                 # The common case, in C: nobody else claimed these partitions
                 # (this member may have, through another topic of the group).
                 if not votes and set(map(owners.__getitem__, partitions)) <= {-1, i}:
                     deque(map(owners.__setitem__, partitions, repeat(i)), maxlen=0)
+                    recorded[g] = partitions
                     continue
                 for p in partitions:
                     current = owners[p]

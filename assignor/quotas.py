@@ -24,6 +24,7 @@ eligible member while that strictly helps.
 from __future__ import annotations
 
 import heapq
+from collections import Counter
 from collections.abc import Sequence
 
 from assignor.facts import TaskFacts
@@ -38,10 +39,9 @@ def previous_counts(groups: Sequence[Group], facts: TaskFacts) -> list[Quota]:
     """Per group, member -> tasks it held active (eligible members only)."""
     counts: list[Quota] = []
     for group in groups:
-        held: Quota = {}
-        for owner in facts.previous_owner[group.index]:
-            if owner != -1:
-                held[owner] = held.get(owner, 0) + 1
+        # Counted in C; the same keys in the same (first-seen) order as a loop.
+        held: Quota = dict(Counter(facts.previous_owner[group.index]))
+        held.pop(-1, None)
         counts.append(held)
     return counts
 
