@@ -259,7 +259,9 @@ def _keep_previous(ctx: _Context, facts: TaskFacts) -> None:
                 continue
             c, f = count[m], floor[m]
             if c < f or (c == f and counts.leftover > 0):
-                counts.take(m)
+                if c == f:  # counts.take(m), inline
+                    counts.leftover -= 1
+                count[m] = c + 1
                 chosen[p].append(m)
 
 

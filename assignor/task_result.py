@@ -130,11 +130,17 @@ def _moved_active(scenario: Scenario, grouping: Grouping, owner: list[list[int]]
     moved: dict[int, set[int]] = {}
     for i, member in enumerate(scenario.members.values()):
         me = client[i]
+        # group -> partitions checked: a member's claims on the topics of
+        # one group usually list the same partitions, which count once.
+        checked: dict[int, tuple[int, ...]] = {}
         for topic, owned in member.owned_active.items():
             g = grouping.group_of_topic.get(topic)
             if g is None:
                 moved.setdefault(-1, set()).update(owned)
                 continue
+            if checked.get(g) == owned:
+                continue
+            checked[g] = owned
             holders = owner[g]
             # The common case, every claim still with its client, in C.
             now = set(map(client.__getitem__, map(holders.__getitem__, owned)))
