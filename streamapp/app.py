@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import logging
+from pathlib import Path
 from typing import Any
 
 import faust
 from faust.types import TransportT
 
-from streamapp import assignment_wiring
+from streamapp import assignment_wiring, transport
 from streamapp.settings import StreamappSettings
+from tables import clean_shutdown
+
+logger = logging.getLogger(__name__)
 
 
 class App(faust.App):
@@ -50,3 +55,24 @@ class App(faust.App):
     def _new_transport(self) -> TransportT:
         # Faust's, except that the consumer runs our assignor even without tables or standbys.
         return assignment_wiring.new_transport(self)
+
+    async def on_first_start(self) -> None:
+        await super().on_first_start()
+        if not self.client_only:
+            # Before any store is opened or reported to the group (see tables.clean_shutdown).
+            clean_shutdown.begin_run(
+                Path(self.conf.tabledir), Path(self.conf.datadir), exactly_once=self.in_transaction
+            )
+
+    async def on_shutdown(self) -> None:
+        # Runs after the consumer stopped: its last commit ended the transactions, or failed.
+        await super().on_shutdown()
+        if self.client_only or self.crashed:
+            return
+        consumer = self._consumer
+        if isinstance(consumer, transport.Consumer) and consumer.all_progress_committed():
+            clean_shutdown.mark_clean_shutdown(Path(self.conf.tabledir))
+        else:
+            logger.info(
+                "streamapp: local state not marked clean: processed input was left uncommitted"
+            )
