@@ -249,6 +249,18 @@ class TaskFacts:
                 # partition count were dropped as stale by parse_scenario.
                 topic_end = end_of[topic]
                 totals, lags_of = no_state[found], state_lag[found]
+                if topic_end is totals:
+                    # The group's only changelog: this member's one entry
+                    # per task is its whole lag, nothing to add up.
+                    for p, offset in by_partition.items():
+                        end_p = totals[p]
+                        lag = end_p - offset if offset < end_p else 0
+                        lags = lags_of.get(p)
+                        if lags is None:
+                            lags_of[p] = {i: lag}
+                        else:
+                            lags[i] = lag
+                    continue
                 for p, offset in by_partition.items():
                     end_p = topic_end[p]
                     done = offset if offset < end_p else end_p  # min(), without the call
