@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 from assignor.facts import Task, TaskFacts
 from assignor.grouper import Group
+from assignor.runs import runs_by_member
 
 __all__ = ["ActivePlacement", "place_actives"]
 
@@ -61,13 +62,8 @@ def _place_group(
     state_lag = facts.state_lag[g]
     acceptable = facts.acceptable_lag
 
-    held: dict[int, list[int]] = {}
-    unowned: list[int] = []
-    for p, owner in enumerate(previous):
-        if owner == -1:
-            unowned.append(p)
-        else:
-            held.setdefault(owner, []).append(p)
+    held = runs_by_member(previous, keep_unowned=True)
+    unowned = held.pop(-1, [])
     free = {m: max(q - len(held.get(m, ())), 0) for m, q in quota.items()}
 
     def takers(p: int) -> list[int]:

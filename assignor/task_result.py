@@ -8,8 +8,8 @@ without the round trip through member id -> topic -> partitions maps that
 every list, then rebuild per-member task sets to count them. Here the
 decision already says, per group, who holds each task, so:
 
-- each member's partitions of a group are one stable sort of the owner
-  array (a run per member, ascending, in C) rather than an append per task;
+- each member's partitions of a group come from `runs.runs_by_member`
+  (one stable sort of the owner array, in C) rather than an append per task;
 - counts for the spreads are the lengths of those runs;
 - ``moved_active`` checks each claim against the owner array directly;
 - ``standbys_missing`` is the shortfall of each task's standby list.
@@ -22,15 +22,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from itertools import groupby
 from typing import Any
 
 from assignor.facts import Task
 from assignor.grouper import Grouping
 from assignor.model import Scenario
 from assignor.result import group_summaries
+from assignor.runs import runs_by_member
 
-__all__ = ["Decision", "build_task_result", "runs_by_member"]
+__all__ = ["Decision", "build_task_result"]
 
 
 @dataclass
@@ -45,17 +45,6 @@ class Decision:
     standbys: dict[int, list[list[int]]]
     #: task -> member holding a warmup replica of it
     warmups: dict[Task, int]
-
-
-def runs_by_member(holder: list[int]) -> dict[int, list[int]]:
-    """member -> its partitions ascending, from one group's holder array (-1: nobody).
-
-    A stable sort of the partition numbers by holder puts each member's
-    partitions in one ascending run; `groupby` cuts the runs. Both run in C,
-    instead of one Python-level append per task.
-    """
-    order = sorted(range(len(holder)), key=holder.__getitem__)
-    return {m: list(run) for m, run in groupby(order, holder.__getitem__) if m != -1}
 
 
 def _standby_holders(chosen: list[list[int]]) -> Iterable[list[int]]:

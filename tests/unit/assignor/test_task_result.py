@@ -14,8 +14,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from assignor import build_result, group_partitions, parse_scenario, plan
+from assignor.runs import runs_by_member
 from assignor.stateful import decide, placements
-from assignor.task_result import build_task_result, runs_by_member
+from assignor.task_result import build_task_result
 from tests.unit.assignor.test_stateful_properties import SETTINGS, Scenario, applied, scenarios
 
 
@@ -71,4 +72,5 @@ def test_the_fast_result_equals_the_generic_one_with_unassigned_and_stale_claims
 
 def test_runs_by_member_gives_each_member_its_partitions_ascending() -> None:
     assert runs_by_member([2, -1, 0, 2, 0, 1]) == {0: [2, 4], 1: [5], 2: [0, 3]}
+    assert runs_by_member([2, -1, 0, -1], keep_unowned=True) == {-1: [1, 3], 0: [2], 2: [0]}
     assert runs_by_member([]) == {}
