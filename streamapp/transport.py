@@ -1,4 +1,4 @@
-"""Faust's aiokafka transport, with two fixes streamapp depends on.
+"""Faust's aiokafka transport, with the fixes streamapp depends on.
 
 1. The worker's consumer always runs our assignor. Faust's
    ``AIOKafkaConsumerThread._create_worker_consumer`` hands aiokafka the app's assignor only when
@@ -12,16 +12,20 @@
    before one; table recovery then takes -1 for the end of a changelog it has not fetched yet
    and fails its consistency check. A ListOffsets request made by a read_committed consumer
    (Faust's consumer is one under exactly_once) answers with the last stable offset itself.
+
+3. Under exactly_once a commit happens between records only (see `Consumer`).
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 from typing import Any
 
 import aiokafka
 from faust.transport.drivers import aiokafka as faust_aiokafka
-from faust.types import TP
+from faust.types import TP, Message
+from faust.types.transports import TPorTopicSet
 
 
 class ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
@@ -40,8 +44,90 @@ class ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
 
 
 class Consumer(faust_aiokafka.Consumer):
+    """Faust's consumer; under exactly_once, a commit happens only between records.
+
+    Faust commits from its own task while agents keep processing, and table writes reach the
+    transaction through a buffer that its exactly_once commit does not flush. A transaction could
+    so commit the output of a record whose offset it does not commit (processed again after a
+    crash: a duplicate), or commit an offset whose table writes land in the next transaction
+    (lost if that one aborts). Kafka Streams commits between records in the processing thread;
+    here a commit stops handing out records, waits until every record handed out (queued for a
+    stream or in an agent) is processed (acked), flushes the buffer, and only then commits. A
+    revocation commits and ends the transactions before Faust forgets the revoked offsets.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._handing_out = asyncio.Event()
+        self._handing_out.set()
+        self._commit_lock = asyncio.Lock()
+        hand_out = self.callback
+        acks_enabled_for = self.app.topics.acks_enabled_for
+
+        async def hand_out_between_commits(message: Message) -> None:
+            await self._handing_out.wait()
+            if not message.tracked and acks_enabled_for(message.topic):
+                # Faust's stream tracks a record only when it takes it from its queue; tracked
+                # here, records still queued count as handed out, and a commit waits for them.
+                message.tracked = True
+                self.track_message(message)
+            await hand_out(message)
+
+        # Faust's fetch loop hands every record to this callback (the conductor's on_message).
+        self.callback = hand_out_between_commits
+
     def _new_consumer_thread(self) -> ConsumerThread:
         return ConsumerThread(self, loop=self.loop, beacon=self.beacon)
+
+    async def commit(
+        self, topics: TPorTopicSet | None = None, start_new_transaction: bool = True
+    ) -> bool:
+        if not self.in_transaction:
+            return await super().commit(topics, start_new_transaction=start_new_transaction)
+        async with self._commit_lock:
+            was_open = self._handing_out.is_set()
+            self._handing_out.clear()
+            try:
+                if not await self._all_handed_out_processed():
+                    return False
+                await self.app.producer.flush()
+                return await super().commit(topics, start_new_transaction=start_new_transaction)
+            finally:
+                if was_open:
+                    self._handing_out.set()
+
+    async def on_partitions_revoked(self, revoked: set[TP]) -> None:
+        if self.in_transaction and revoked:
+            # Faust forgets the acked offsets of revoked partitions before its revocation
+            # handler commits, so their transactions would stay open: a partition this worker
+            # keeps would carry output of records it then processes again (duplicates). Commit
+            # and end every transaction first; nothing more is handed out until the assignment.
+            self._handing_out.clear()
+            await self.commit(start_new_transaction=False)
+        await super().on_partitions_revoked(revoked)
+
+    async def on_partitions_assigned(self, assigned: set[TP], generation_id: int = 0) -> None:
+        self._handing_out.set()
+        await super().on_partitions_assigned(assigned, generation_id)
+
+    async def _all_handed_out_processed(self) -> bool:
+        deadline = self.loop.time() + max(self.commit_interval, 1.0) * 3
+        while self._unacked_messages:
+            if self.loop.time() > deadline:
+                # An agent stuck on a record: committing now could split it across
+                # transactions, so this commit is skipped; the next one tries again.
+                self.log.warning(
+                    "commit skipped: %d records handed out are still being processed, e.g. %s",
+                    len(self._unacked_messages),
+                    [
+                        (m.topic, m.partition, m.offset, m.refcount, m.generation_id)
+                        for m in list(self._unacked_messages)[:3]
+                    ],
+                )
+                return False
+            await self._wait_for_ack(timeout=1.0)
+            self._clean_unacked_messages()
+        return True
 
     def all_progress_committed(self) -> bool:
         """Whether every input this worker processed is covered by a commit, none in flight.
