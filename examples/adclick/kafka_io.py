@@ -23,14 +23,19 @@ class TopicRecord:
     headers: tuple[tuple[str, bytes], ...] = ()
 
 
-async def create_topics(bootstrap: str, partitions: Mapping[str, int]) -> None:
-    """Create the topics that do not exist yet; existing ones are left as they are."""
+async def create_topics(
+    bootstrap: str, partitions: Mapping[str, int], configs: Mapping[str, str] | None = None
+) -> None:
+    """Create the topics that do not exist yet (with ``configs``); existing ones are left as they
+    are."""
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     await admin.start()
     try:
         existing = set(await admin.list_topics())
         new = [
-            NewTopic(name=name, num_partitions=n, replication_factor=1)
+            NewTopic(
+                name=name, num_partitions=n, replication_factor=1, topic_configs=dict(configs or {})
+            )
             for name, n in partitions.items()
             if name not in existing
         ]

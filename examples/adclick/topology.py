@@ -76,6 +76,12 @@ class Topology:
             self.campaign_clicks: self.campaign_partitions,
         }
 
+    def changelog_partitions(self) -> dict[str, int]:
+        """The tables' changelog topics, each partitioned like the topics its table follows."""
+        counts = {t: self.partitions for t in ("impressions", "pending-clicks", "counters")}
+        counts["campaign-stats"] = self.campaign_partitions
+        return {self.changelog(table): n for table, n in counts.items()}
+
     def to_env(self) -> dict[str, str]:
         return {ENV_PREFIX + name.upper(): str(value) for name, value in vars(self).items()}
 
