@@ -26,7 +26,7 @@ from examples.adclick import kafka_io
 from examples.adclick.cluster import Worker, stop_all, wait_until_assigned
 from examples.adclick.events import TrafficConfig, Truth
 from examples.adclick.generator import ProduceResult, produce, traffic_config
-from examples.adclick.model import DecodeError, decode_attribution
+from examples.adclick.model import RESERVED_KEY_PREFIX, DecodeError, decode_attribution
 from examples.adclick.topology import Topology
 
 
@@ -43,6 +43,7 @@ class DemoResult:
     replayed_source: str
     counters: dict[str, int]
     restarts: int  # of the killed worker
+    pending_at_end: int  # clicks still waiting for their impression when the run stopped
     dead_letter_sources: set[tuple[str, str, str]]  # (topic, partition, offset) refused
     seconds: dict[str, float] = field(default_factory=dict)
     report: dict[str, Path] = field(default_factory=dict)
@@ -153,6 +154,20 @@ async def _counters(bootstrap: str, topology: Topology) -> dict[str, int]:
     return totals
 
 
+async def _pending_at_end(bootstrap: str, topology: Topology) -> int:
+    """Clicks still held for an impression that never came, from the pending-clicks changelog.
+
+    The join calls a click unmatched when stream time passes its expiry, and stream time stops
+    with the input: the clicks of the last window are still pending when the demo ends.
+    """
+    latest = await kafka_io.latest_by_key(bootstrap, topology.changelog("pending-clicks"))
+    held = 0
+    for key, value in latest.items():
+        if value is not None and not json.loads(key).startswith(RESERVED_KEY_PREFIX):
+            held += len(json.loads(value))
+    return held
+
+
 async def _dead_letter_sources(bootstrap: str, topology: Topology) -> set[tuple[str, str, str]]:
     sources = set()
     for r in await kafka_io.read_all(bootstrap, topology.dead_letters, read_committed=True):
@@ -226,6 +241,7 @@ def run_demo(args: argparse.Namespace) -> DemoResult:
         seconds["drain"] = time.monotonic() - t
         replayed, source = _replayed(workers)
         counters = asyncio.run(_counters(bootstrap, topology))
+        pending_at_end = asyncio.run(_pending_at_end(bootstrap, topology))
         dead_letters = asyncio.run(_dead_letter_sources(bootstrap, topology))
         stop_all(workers)
         say("workers stopped; reconciling with Spark")
@@ -250,6 +266,7 @@ def run_demo(args: argparse.Namespace) -> DemoResult:
             replayed_source=source,
             counters=counters,
             restarts=victim.starts - 1,
+            pending_at_end=pending_at_end,
             dead_letter_sources=dead_letters,
             seconds={k: round(v, 1) for k, v in seconds.items()},
             report=report,
@@ -273,7 +290,8 @@ def print_summary(result: DemoResult) -> None:
     )
     print(
         "streamapp counted: "
-        f"{c.get('late', 0)} late, {c.get('unmatched', 0)} unmatched, "
+        f"{c.get('late', 0)} late, {c.get('unmatched', 0)} unmatched "
+        f"(+{result.pending_at_end} still pending at the end), "
         f"{c.get('dead_letter', 0)} dead letters ({len(result.dead_letter_sources)} distinct "
         f"records in the dead-letter topic), {c.get('duplicate_click', 0)} replayed clicks"
     )
