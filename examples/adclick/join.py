@@ -72,10 +72,11 @@ class ImpressionState:
     impression: Impression
     # Clicks already decided against this impression: (click id, click time, whether
     # the impression's arrival decided it, i.e. the click had been pending). A record
-    # processed again (at-least-once after a crash; or exactly-once when the local store
-    # kept effects of an aborted transaction) re-emits the attributions it *owns*, since
-    # their first emission may never have reached the output topic; each attribution
-    # has exactly one owner record, so a replay emits it once more, never twice.
+    # processed again (at-least-once after a crash: the state may have seen it, the output
+    # topic may not) re-emits the attributions it *owns*, since their first emission may
+    # never have reached the output topic; each attribution has exactly one owner record,
+    # so a replay emits it once more, never twice. Under exactly_once no record is seen
+    # twice: state and output commit together, and unclean local state is discarded.
     decided_clicks: tuple[tuple[str, int, bool], ...] = ()
 
     def decision(self, click_id: str) -> tuple[str, int, bool] | None:
