@@ -89,14 +89,30 @@ def _bucket_key(bucket: int) -> str:
 # over, which only postpones expiry (matching never depends on it).
 _clocks: dict[int, join.PartitionClocks] = {}
 
+# (table name, partition) -> the clock value at which the next sweep of that partition's
+# index can find a bucket due, or None when no bucket is live. A sweep of a partition
+# without an entry reads the index; afterwards the entry saves reading it on every
+# record. Only this worker's agent changes an active partition's index, so the entry
+# stays right until a rebalance, which forgets them all.
+_sweep_at: dict[tuple[str, int], int | None] = {}
+
+
+@app.on_partitions_revoked.connect
+def _forget_sweeps(sender: Any, /, *args: Any, **kwargs: Any) -> None:
+    _sweep_at.clear()
+
+
+@app.on_partitions_assigned.connect
+def _forget_sweeps_assigned(sender: Any, /, *args: Any, **kwargs: Any) -> None:
+    _sweep_at.clear()
+
 
 def _count(name: str, partition: int, n: int = 1) -> None:
     if n:
         counters[f"{name}/p{partition}"] += n
 
 
-def _index(table: Any, auction_id: str, expires_after_ms: int) -> None:
-    bucket = buckets.bucket_of(expires_after_ms)
+def _index(table: Any, partition: int, auction_id: str, bucket: int) -> None:
     key = _bucket_key(bucket)
     listed = table.get(key)
     if listed is None:
@@ -104,10 +120,20 @@ def _index(table: Any, auction_id: str, expires_after_ms: int) -> None:
         if live is not None:
             table[LIVE_BUCKETS] = live
     table[key] = [*(listed or []), auction_id]
+    where = (table.name, partition)
+    if where in _sweep_at:
+        at = _sweep_at[where]
+        due_at = (bucket + 1) * buckets.width_ms
+        _sweep_at[where] = due_at if at is None else min(at, due_at)
 
 
-def _due(table: Any, clock_ms: int) -> list[str]:
+def _due(table: Any, partition: int, clock_ms: int) -> list[str]:
     """Auction ids listed in every bucket the clock has passed; those buckets are dropped."""
+    where = (table.name, partition)
+    if where in _sweep_at:
+        at = _sweep_at[where]
+        if at is None or clock_ms < at:
+            return []
     live = table.get(LIVE_BUCKETS) or []
     due = buckets.due(live, clock_ms)
     ids: list[str] = []
@@ -118,19 +144,21 @@ def _due(table: Any, clock_ms: int) -> list[str]:
             ids.extend(listed)
             del table[key]
     if due:
-        table[LIVE_BUCKETS] = live[len(due) :]
+        live = live[len(due) :]
+        table[LIVE_BUCKETS] = live
+    _sweep_at[where] = buckets.next_due_ms(live)
     return ids
 
 
 def _expire(partition: int, clocks: join.PartitionClocks) -> None:
-    for auction_id in _due(impressions, clocks.clicks_ms):
+    for auction_id in _due(impressions, partition, clocks.clicks_ms):
         stored = impressions.get(auction_id)
         if stored is None:
             continue
         state = join.ImpressionState.from_json(stored)
         if join.impression_expired(window, state, clocks.clicks_ms):
             del impressions[auction_id]
-    for auction_id in _due(pending_clicks, clocks.impressions_ms):
+    for auction_id in _due(pending_clicks, partition, clocks.impressions_ms):
         stored = pending_clicks.get(auction_id)
         if stored is None:
             continue
@@ -210,8 +238,13 @@ async def _on_impression(source: Any, impression: Any) -> None:
         for attribution in decision.attributions:
             await _emit(source, attribution)
     else:
-        impressions[impression.auction_id] = decision.impression_state.to_json()
-        _index(impressions, impression.auction_id, window.impression_expires_after(impression))
+        bucket = buckets.bucket_of(window.impression_expires_after(impression))
+        if not buckets.is_due(bucket, clocks.clicks_ms):
+            impressions[impression.auction_id] = decision.impression_state.to_json()
+            _index(impressions, partition, impression.auction_id, bucket)
+        # else: the clicks clock is already past its bucket (clicks read ahead of impressions),
+        # so the sweep at the end of this record would delete it again at once; it is
+        # neither stored nor indexed, which leaves the table as that sweep would.
         if pending:
             del pending_clicks[impression.auction_id]
         for _click, outcome in decision.resolved:
@@ -240,7 +273,8 @@ async def _on_click(source: Any, click: Any) -> None:
         impressions[click.auction_id] = decision.impression_state.to_json()
     if decision.pending is not None:
         pending_clicks[click.auction_id] = join.pending_to_json(decision.pending)
-        _index(pending_clicks, click.auction_id, window.pending_click_expires_after(click))
+        bucket = buckets.bucket_of(window.pending_click_expires_after(click))
+        _index(pending_clicks, partition, click.auction_id, bucket)
     if decision.attribution is not None:
         await _emit(source, decision.attribution)
     if decision.outcome not in (join.Outcome.JOINED, join.Outcome.PENDING):

@@ -251,6 +251,14 @@ class ExpiryBuckets:
         # guaranteed for all of them when clock >= (b+1)*w.
         return [b for b in live if (b + 1) * self.width_ms <= clock_ms]
 
+    def is_due(self, bucket: int, clock_ms: int) -> bool:
+        """Whether a sweep at ``clock_ms`` drops ``bucket`` (see `due`)."""
+        return (bucket + 1) * self.width_ms <= clock_ms
+
+    def next_due_ms(self, live: list[int]) -> int | None:
+        """The lowest clock at which a sweep of these (sorted) live buckets finds one due."""
+        return (live[0] + 1) * self.width_ms if live else None
+
     @staticmethod
     def with_bucket(live: list[int], bucket: int) -> list[int] | None:
         """``live`` with ``bucket`` added, or None when it is there already."""
