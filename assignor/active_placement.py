@@ -13,6 +13,9 @@ Per group, in three linear passes:
    restarted with its state on disk).
 3. The rest fill the remaining quota in member order.
 
+Then a worker back with an old claim that got tasks not its own swaps them for
+its claimed ones with their holders, where neither side must replay.
+
 KIP-441 on top: a stateful task whose target from pass 3 is not caught up,
 while some eligible member is, stays active on a caught-up member (its
 previous owner if it had one, else the least lag) and is reported in
@@ -126,6 +129,9 @@ def _place_group(
         owners[p] = member
         free[member] = free.get(member, 0) - 1
 
+    if facts.other_claimants:
+        _swap_claimed_tasks_back(group, facts, owners)
+
     for p in range(group.partitions):
         load[owners[p]] = load.get(owners[p], 0) + 1
     if group.stateful:
@@ -165,3 +171,85 @@ def _hold_back_for_warmups(
         load[target] -= 1
         load[keeper] = load.get(keeper, 0) + 1
         placement.withheld[(g, p)] = target
+
+
+def _swap_claimed_tasks_back(group: Group, facts: TaskFacts, owners: list[int]) -> None:
+    """A worker back with an old claim gets its own tasks, by exchange where pass 1 could not.
+
+    Pass 1 releases claimed tasks first, but a holder may have more of the worker's
+    tasks than it must give up while another holder releases tasks of its own: the
+    worker then got tasks that are not its own, equally caught up. Each such spare task
+    is exchanged for a claimed one: directly with the claimed task's holder when it can
+    take the spare without a replay, else through a third member (the holder takes one
+    of its tasks, it takes the spare). Counts (balance) stay as they are and nobody is
+    handed a task to replay; one more task moves than strictly needed, the price of
+    giving the worker its own state back.
+    """
+    g = group.index
+    claimed: dict[int, list[int]] = {}
+    for (task_group, p), members in facts.other_claimants.items():
+        if task_group == g:
+            for m in members:
+                claimed.setdefault(m, []).append(p)
+    tasks_of: dict[int, set[int]] = {}  # member -> tasks it holds now, kept up to date
+    for p, owner in enumerate(owners):
+        tasks_of.setdefault(owner, set()).add(p)
+
+    def give(p: int, to: int) -> None:
+        tasks_of[owners[p]].discard(p)
+        tasks_of.setdefault(to, set()).add(p)
+        owners[p] = to
+
+    for member in sorted(claimed):
+        own = set(claimed[member])
+        spare = sorted(p for p in tasks_of.get(member, ()) if p not in own)
+        for c in sorted(own):
+            holder = owners[c]
+            if not spare or holder in (-1, member) or not _can_take(facts, group, member, c):
+                continue
+            exchange = _exchange(group, facts, member, holder, spare, own, tasks_of)
+            if exchange is not None:
+                t, u, third = exchange
+                spare.remove(t)
+                give(c, member)
+                if third == -1:
+                    give(t, holder)
+                else:
+                    give(u, holder)
+                    give(t, third)
+
+
+def _exchange(
+    group: Group,
+    facts: TaskFacts,
+    member: int,
+    holder: int,
+    spare: list[int],
+    own: set[int],
+    tasks_of: dict[int, set[int]],
+) -> tuple[int, int, int] | None:
+    """(spare task, task the holder takes, third member) for one exchange, or None.
+
+    Direct: the holder takes the spare (third -1). Else a third member gives the holder
+    one of its tasks and takes the spare.
+    """
+    for t in spare:
+        if _can_take(facts, group, holder, t):
+            return t, t, -1
+    if not group.stateful:
+        return None  # unreachable: anyone can take a stateless task directly
+    lags = facts.state_lag[group.index]
+    for t in spare:
+        # Only members with state for t can take it without a replay: few, so the search
+        # stays cheap however many tasks the group has.
+        thirds = sorted(m for m, lag in lags.get(t, {}).items() if lag <= facts.acceptable_lag)
+        thirds = [m for m in thirds if m not in (member, holder)]
+        for third in thirds:
+            for u in sorted(tasks_of.get(third, ())):
+                if u not in own and _can_take(facts, group, holder, u):
+                    return t, u, third
+    return None
+
+
+def _can_take(facts: TaskFacts, group: Group, member: int, p: int) -> bool:
+    return not group.stateful or facts.caught_up(member, group.index, p)
