@@ -14,6 +14,11 @@
    (Faust's consumer is one under exactly_once) answers with the last stable offset itself.
 
 3. Under exactly_once a commit happens between records only (see `Consumer`).
+
+4. After a rebalance, a stream partition with nothing committed goes back to where
+   ``auto_offset_reset`` says, as a partition with a committed offset goes back to it (see
+   ``ConsumerThread._seek_to_committed_or_reset``): aiokafka left it where records fetched and
+   then dropped by the rebalance had taken it, and those records were never processed.
 """
 
 from __future__ import annotations
@@ -37,6 +42,53 @@ class ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
             # aiokafka 0.14 reads this in start() to build its GroupCoordinator.
             consumer._partition_assignment_strategy = [self._assignor]
         return consumer
+
+    async def seek_to_committed(self) -> Mapping[TP, int]:
+        committed: Mapping[TP, int] = await self.call_thread(self._seek_to_committed_or_reset)
+        return committed
+
+    async def _seek_to_committed_or_reset(self) -> Mapping[Any, int | None]:
+        # Faust calls this after every rebalance (and while its flow is stopped) to take each
+        # partition back to its committed offset: records fetched but not processed (a batch cut
+        # short when the flow stopped, queues cleared, skipped stale events) are dropped on the
+        # way, and only this seek brings them back. aiokafka seeks only where the committed
+        # offset is > 0, so a stream partition without one (nothing committed yet: a new group,
+        # or a revocation right after the start, since Faust forgets the acked offsets of
+        # revoked partitions before it commits) kept the position the dropped records had
+        # advanced, and they were never processed by anyone. Those partitions go back to where
+        # a consumer without a committed offset starts (auto_offset_reset).
+        consumer = self._ensure_consumer()
+        # aiokafka TopicPartition -> committed offset, or None where there is none.
+        committed: dict[Any, int | None] = await consumer.seek_to_committed()
+        changelogs = self.app.tables.changelog_topics
+        acks_enabled_for = self.app.topics.acks_enabled_for
+        at_zero, unset = [], []
+        for tp, offset in committed.items():
+            if tp.topic in changelogs or not acks_enabled_for(tp.topic):
+                continue  # table recovery and standbys place changelog partitions themselves
+            if offset == 0:
+                at_zero.append(tp)
+            elif offset is None or offset < 0:
+                unset.append(tp)
+        for tp in at_zero:
+            consumer.seek(tp, 0)
+        reset = self.app.conf.consumer_auto_offset_reset
+        if unset and reset in ("earliest", "latest"):
+            assignment = consumer._subscription.subscription.assignment
+            moved = {}
+            for tp in unset:
+                state = assignment.state_value(tp)
+                if state is not None and state.has_valid_position and state.position > 0:
+                    moved[f"{tp.topic}[{tp.partition}]"] = state.position
+            if moved:
+                self.log.info(
+                    "no committed offset: back to the %s offset from positions %s", reset, moved
+                )
+            if reset == "earliest":
+                await consumer.seek_to_beginning(*unset)
+            else:
+                await consumer.seek_to_end(*unset)
+        return committed
 
     async def _highwaters(self, partitions: list[TP]) -> Mapping[TP, int]:
         # end_offsets honours the consumer's isolation level: the LSO under read_committed.

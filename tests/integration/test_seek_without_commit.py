@@ -1,0 +1,117 @@
+"""After a rebalance, a stream partition without a committed offset goes back to its beginning.
+
+Faust takes every partition back to its committed offset after a rebalance (records fetched but
+not processed are dropped on the way: a batch cut short when the flow stops, stream queues
+cleared on resume). aiokafka's ``seek_to_committed`` does not move a partition whose committed
+offset is missing or 0, so a worker that had fetched past such records kept going from there and
+they were never processed: in the ad-click demo under load, a worker that took partitions from
+the first one (which had not committed yet) skipped ~130 impressions a partition, and their
+attributions were missing. Run against the session's real broker and a real group member; only
+the worker around the consumer is reduced to the three settings the seek reads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from types import SimpleNamespace
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.structs import OffsetAndMetadata
+
+from streamapp.transport import ConsumerThread
+
+RECORDS = 20
+
+
+async def _create_topics(bootstrap: str, partitions: dict[str, int]) -> None:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        new = [NewTopic(t, num_partitions=n, replication_factor=1) for t, n in partitions.items()]
+        await admin.create_topics(new)
+    finally:
+        await admin.close()
+
+
+def _thread(consumer: AIOKafkaConsumer, changelogs: set[str]) -> Any:
+    # The consumer thread's seek runs on its aiokafka consumer and reads these settings only.
+    thread: Any = object.__new__(ConsumerThread)
+    thread._consumer = consumer
+    thread.log = logging.getLogger(__name__)
+    thread.app = SimpleNamespace(
+        tables=SimpleNamespace(changelog_topics=changelogs),
+        topics=SimpleNamespace(acks_enabled_for=lambda topic: topic not in changelogs),
+        conf=SimpleNamespace(consumer_auto_offset_reset="earliest"),
+    )
+    return thread
+
+
+async def _scenario(bootstrap: str) -> dict[str, Any]:
+    run = uuid.uuid4().hex[:8]
+    source, changelog = f"it-seek-{run}", f"it-seek-{run}-table-changelog"
+    await _create_topics(bootstrap, {source: 2, changelog: 1})
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
+    await producer.start()
+    try:
+        for i in range(RECORDS):
+            for tp in (TopicPartition(source, 0), TopicPartition(source, 1)):
+                await producer.send(tp.topic, b"x", key=str(i).encode(), partition=tp.partition)
+            await producer.send(changelog, b"1", key=str(i).encode(), partition=0)
+        await producer.flush()
+    finally:
+        await producer.stop()
+
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap,
+        group_id=f"it-seek-{run}",
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+    )
+    await consumer.start()
+    try:
+        consumer.subscribe([source, changelog])
+        tps = {TopicPartition(source, 0), TopicPartition(source, 1), TopicPartition(changelog, 0)}
+        # Partition 1 has offset 0 committed; partition 0 and the changelog have none.
+        while consumer.assignment() != tps:
+            await consumer.getmany(timeout_ms=200)
+        await consumer.commit({TopicPartition(source, 1): OffsetAndMetadata(0, "")})
+        # Fetched (as a worker's fetch loop does) but, say, dropped by a rebalance unprocessed.
+        for _ in range(100):
+            await consumer.getmany(timeout_ms=200)
+            if all([await consumer.position(tp) == RECORDS for tp in tps]):
+                break
+        before = {str(tp): await consumer.position(tp) for tp in sorted(tps)}
+        committed = await _thread(consumer, {changelog})._seek_to_committed_or_reset()
+        after = {str(tp): await consumer.position(tp) for tp in sorted(tps)}
+        again = await consumer.getmany(TopicPartition(source, 0), timeout_ms=2000)
+        return {
+            "source": source,
+            "changelog": changelog,
+            "before": before,
+            "after": after,
+            "committed": {str(tp): offset for tp, offset in committed.items()},
+            "refetched": sum(len(records) for records in again.values()),
+        }
+    finally:
+        await consumer.stop()
+
+
+def test_partitions_without_committed_offset_go_back_to_their_beginning(
+    kafka_bootstrap: str,
+) -> None:
+    r = asyncio.run(_scenario(kafka_bootstrap))
+    p0 = str(TopicPartition(r["source"], 0))
+    p1 = str(TopicPartition(r["source"], 1))
+    cl = str(TopicPartition(r["changelog"], 0))
+    assert r["before"] == {p0: RECORDS, p1: RECORDS, cl: RECORDS}
+    assert r["committed"][p0] is None and r["committed"][p1] == 0
+    # The stream partitions are read again from where nothing was committed...
+    assert r["after"][p0] == 0
+    assert r["after"][p1] == 0
+    assert r["refetched"] > 0
+    # ...while a changelog partition is left where table recovery or a standby put it.
+    assert r["after"][cl] == RECORDS
