@@ -46,10 +46,21 @@ def place_actives(
 ) -> ActivePlacement:
     placement = ActivePlacement(owner=[[-1] * g.partitions for g in groups])
     load: dict[int, int] = {}
+    claimed = _claims_by_group(facts)
     for group, quota in zip(groups, quotas, strict=True):
         if group.eligible:
-            _place_group(group, quota, facts, placement, load)
+            _place_group(group, quota, facts, placement, load, claimed.get(group.index, {}))
     return placement
+
+
+def _claims_by_group(facts: TaskFacts) -> dict[int, dict[int, list[int]]]:
+    """group -> member -> partitions it claimed but lost (``facts.other_claimants``), once."""
+    claimed: dict[int, dict[int, list[int]]] = {}
+    for (g, p), members in facts.other_claimants.items():
+        by_member = claimed.setdefault(g, {})
+        for m in members:
+            by_member.setdefault(m, []).append(p)
+    return claimed
 
 
 def _place_group(
@@ -58,6 +69,7 @@ def _place_group(
     facts: TaskFacts,
     placement: ActivePlacement,
     load: dict[int, int],
+    claimed: dict[int, list[int]],
 ) -> None:
     g = group.index
     previous = facts.previous_owner[g]
@@ -74,7 +86,7 @@ def _place_group(
         found = [
             m
             for m in facts.other_claimants.get((g, p), ())
-            if m in quota and (not group.stateful or facts.caught_up(m, g, p))
+            if m in quota and _can_take(facts, group, m, p)
         ]
         lags = state_lag.get(p)
         if lags:
@@ -129,8 +141,8 @@ def _place_group(
         owners[p] = member
         free[member] = free.get(member, 0) - 1
 
-    if facts.other_claimants:
-        _swap_claimed_tasks_back(group, facts, owners)
+    if claimed:
+        _swap_claimed_tasks_back(group, facts, owners, claimed)
 
     for p in range(group.partitions):
         load[owners[p]] = load.get(owners[p], 0) + 1
@@ -173,7 +185,9 @@ def _hold_back_for_warmups(
         placement.withheld[(g, p)] = target
 
 
-def _swap_claimed_tasks_back(group: Group, facts: TaskFacts, owners: list[int]) -> None:
+def _swap_claimed_tasks_back(
+    group: Group, facts: TaskFacts, owners: list[int], claimed: dict[int, list[int]]
+) -> None:
     """A worker back with an old claim gets its own tasks, by exchange where pass 1 could not.
 
     Pass 1 releases claimed tasks first, but a holder may have more of the worker's
@@ -185,12 +199,6 @@ def _swap_claimed_tasks_back(group: Group, facts: TaskFacts, owners: list[int]) 
     handed a task to replay; one more task moves than strictly needed, the price of
     giving the worker its own state back.
     """
-    g = group.index
-    claimed: dict[int, list[int]] = {}
-    for (task_group, p), members in facts.other_claimants.items():
-        if task_group == g:
-            for m in members:
-                claimed.setdefault(m, []).append(p)
     tasks_of: dict[int, set[int]] = {}  # member -> tasks it holds now, kept up to date
     for p, owner in enumerate(owners):
         tasks_of.setdefault(owner, set()).add(p)

@@ -12,8 +12,10 @@ placement passes never rescan members per task:
   treated as held by a caught-up member that claims nothing but has the
   task's state on disk: a member restarted under a new id is sticky by its store.
 - ``other_claimants[(g, p)]``: members that claimed some of the task's
-  partitions but lost it to ``previous_owner`` (possible when a previous
-  assignment did not co-partition); they are the next best keepers.
+  partitions but lost it to ``previous_owner``: at an older generation (a
+  worker back from a restart with an old ownership file, see the model's
+  ``superseded_active``), or with fewer of the task's topics (possible when a
+  previous assignment did not co-partition); they are the next best keepers.
 - ``previous_standbys[g][p]``: members that held a standby of a stateful task.
 - ``state_lag[g][p]``: member -> lag, for members with local state for the
   task (or that owned it active: a running active is caught up, lag 0).
@@ -81,7 +83,18 @@ class TaskFacts:
         # Only when two members claim topics of one task do we need to count.
         votes: dict[Task, dict[int, int]] = {}
         previous_standbys: list[dict[int, list[int]]] = [{} for _ in groups]
+        other_claimants: dict[Task, list[int]] = {}
         for i, member in enumerate(scenario.members.values()):
+            # Claims that lost on generation: a worker that restarted with an
+            # old ownership file ran these tasks before.
+            for topic, partitions in member.superseded_active.items():
+                g = group_of_topic.get(topic)
+                if g is None or i not in eligible[g]:
+                    continue
+                for p in partitions:
+                    losers = other_claimants.setdefault((g, p), [])
+                    if i not in losers:
+                        losers.append(i)
             # group -> partitions this member's claims recorded whole: its
             # other topics of the group usually list the very same ones.
             recorded: dict[int, tuple[int, ...]] = {}
@@ -119,18 +132,6 @@ class TaskFacts:
                         standbys[p] = [i]
                     elif i not in holders:
                         holders.append(i)
-        other_claimants: dict[Task, list[int]] = {}
-        for i, member in enumerate(scenario.members.values()):
-            # Claims that lost on generation, in member order: a worker that
-            # restarted with an old ownership file ran these tasks before.
-            for topic, partitions in member.superseded_active.items():
-                g = group_of_topic.get(topic)
-                if g is None or i not in eligible[g]:
-                    continue
-                for p in partitions:
-                    losers = other_claimants.setdefault((g, p), [])
-                    if i not in losers:
-                        losers.append(i)
         if votes:
             generation = [m.generation for m in scenario.members.values()]
             for (g, p), tally in votes.items():
