@@ -19,6 +19,9 @@
    ``auto_offset_reset`` says, as a partition with a committed offset goes back to it (see
    ``ConsumerThread._seek_to_committed_or_reset``): aiokafka left it where records fetched and
    then dropped by the rebalance had taken it, and those records were never processed.
+
+5. Within one generation a stream record is handed to the streams once (see
+   ``streamapp.hand_out``): a record fetched again is dropped instead of processed twice.
 """
 
 from __future__ import annotations
@@ -32,6 +35,8 @@ import aiokafka
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP, Message
 from faust.types.transports import TPorTopicSet
+
+from streamapp.hand_out import HandOutLedger
 
 
 class ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
@@ -113,6 +118,8 @@ class Consumer(faust_aiokafka.Consumer):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._handing_out = asyncio.Event()
+        self._hand_out_ledger = HandOutLedger()
+        self._refusals_logged: set[tuple[TP, int]] = set()
         self._handing_out.set()
         self._commit_lock = asyncio.Lock()
         hand_out = self.callback
@@ -120,6 +127,8 @@ class Consumer(faust_aiokafka.Consumer):
 
         async def hand_out_between_commits(message: Message) -> None:
             await self._handing_out.wait()
+            if acks_enabled_for(message.topic) and not self._admit(message):
+                return
             if not message.tracked and acks_enabled_for(message.topic):
                 # Faust's stream tracks a record only when it takes it from its queue; tracked
                 # here, records still queued count as handed out, and a commit waits for them.
@@ -129,6 +138,27 @@ class Consumer(faust_aiokafka.Consumer):
 
         # Faust's fetch loop hands every record to this callback (the conductor's on_message).
         self.callback = hand_out_between_commits
+
+    def _admit(self, message: Message) -> bool:
+        """Whether a fetched stream record goes to the streams (see `streamapp.hand_out`)."""
+        current = self.app.consumer_generation_id
+        refusal = self._hand_out_ledger.admit(
+            message.tp, message.offset, message.generation_id, current
+        )
+        if refusal is None:
+            return True
+        if (message.tp, current) not in self._refusals_logged:
+            self._refusals_logged.add((message.tp, current))
+            self.log.info(
+                "%s[%d]@%d not handed out again: %s (first such record of this partition "
+                "in generation %d)",
+                message.topic,
+                message.partition,
+                message.offset,
+                refusal.value,
+                current,
+            )
+        return False
 
     def _new_consumer_thread(self) -> ConsumerThread:
         return ConsumerThread(self, loop=self.loop, beacon=self.beacon)
@@ -151,6 +181,7 @@ class Consumer(faust_aiokafka.Consumer):
                     self._handing_out.set()
 
     async def on_partitions_revoked(self, revoked: set[TP]) -> None:
+        self._hand_out_ledger.forget(revoked)
         if revoked:
             # Nothing more is handed out until the assignment, and what was is processed now:
             # Faust's handler suspends the flow and clears the queues, and a record a fetch had

@@ -1,0 +1,90 @@
+"""Each stream record is handed to the streams once per generation (streamapp.hand_out)."""
+
+from __future__ import annotations
+
+import logging
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from faust.types import TP
+
+from streamapp.hand_out import HandOutLedger, Refusal
+from streamapp.transport import Consumer
+
+IMPRESSIONS = TP("impressions", 3)
+CLICKS = TP("clicks", 3)
+
+
+def test_records_in_offset_order_are_all_handed_out() -> None:
+    ledger = HandOutLedger()
+    assert [ledger.admit(IMPRESSIONS, o, 3, 3) for o in (540, 541, 542)] == [None] * 3
+    # Offsets may jump (transaction markers, compaction): later ones always pass.
+    assert ledger.admit(IMPRESSIONS, 550, 3, 3) is None
+    assert ledger.refused == 0
+
+
+def test_a_record_fetched_again_in_the_same_generation_is_refused() -> None:
+    # The demo's case: the last record read of a partition came again after a commit.
+    ledger = HandOutLedger()
+    for offset in (540, 541, 542):
+        ledger.admit(IMPRESSIONS, offset, 3, 3)
+    assert ledger.admit(IMPRESSIONS, 542, 3, 3) is Refusal.ALREADY_HANDED_OUT
+    assert ledger.admit(IMPRESSIONS, 530, 3, 3) is Refusal.ALREADY_HANDED_OUT
+    assert ledger.admit(IMPRESSIONS, 543, 3, 3) is None
+    # Partitions are independent.
+    assert ledger.admit(CLICKS, 100, 3, 3) is None
+    assert ledger.refused == 2
+
+
+def test_a_new_generation_reads_from_its_committed_offset_again() -> None:
+    # After a rebalance the partition is read again from the committed offset: those records
+    # were not processed under the new generation and must all pass.
+    ledger = HandOutLedger()
+    for offset in range(500, 543):
+        ledger.admit(IMPRESSIONS, offset, 3, 3)
+    ledger.forget([IMPRESSIONS])
+    assert ledger.admit(IMPRESSIONS, 520, 4, 4) is None
+    # Even without forget (a partition kept across the rebalance), the generation decides.
+    ledger.admit(CLICKS, 200, 3, 3)
+    assert ledger.admit(CLICKS, 150, 4, 4) is None
+
+
+def test_a_record_of_an_earlier_generation_is_refused() -> None:
+    # Faust's stream would skip it and ack it unprocessed, letting a commit cover it.
+    ledger = HandOutLedger()
+    assert ledger.admit(IMPRESSIONS, 10, 3, 4) is Refusal.STALE_GENERATION
+    # It is not counted as handed out: the same offset fetched in generation 4 passes.
+    assert ledger.admit(IMPRESSIONS, 10, 4, 4) is None
+
+
+def _consumer(generation: int) -> Any:
+    consumer: Any = object.__new__(Consumer)
+    consumer.app = SimpleNamespace(consumer_generation_id=generation)
+    consumer._hand_out_ledger = HandOutLedger()
+    consumer._refusals_logged = set()
+    consumer.log = logging.getLogger("test.hand_out")
+    return consumer
+
+
+def _message(tp: TP, offset: int, generation: int) -> Any:
+    return SimpleNamespace(
+        tp=tp, topic=tp.topic, partition=tp.partition, offset=offset, generation_id=generation
+    )
+
+
+def test_the_consumer_drops_a_second_delivery_and_says_so_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    consumer = _consumer(generation=3)
+    assert consumer._admit(_message(IMPRESSIONS, 541, 3))
+    assert consumer._admit(_message(IMPRESSIONS, 542, 3))
+    with caplog.at_level(logging.INFO, logger="test.hand_out"):
+        assert not consumer._admit(_message(IMPRESSIONS, 541, 3))
+        assert not consumer._admit(_message(IMPRESSIONS, 542, 3))
+    assert consumer._admit(_message(IMPRESSIONS, 543, 3))
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines == [
+        "impressions[3]@541 not handed out again: handed out already in this generation "
+        "(first such record of this partition in generation 3)"
+    ]
