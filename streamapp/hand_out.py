@@ -1,16 +1,17 @@
 """Which fetched stream records a worker may hand to its streams: each offset once per generation.
 
-Faust's fetch loop only drops a record whose offset is below the last one it read, so a record
-fetched a second time within one generation at or after that offset reaches the streams again.
-This was seen in the ad-click demo: right after a commit, the last record read of every partition
-of a worker came again (cause in Faust/aiokafka not found), and under exactly_once its second
-processing repeated its output in a transaction that could commit: a duplicate that exactly_once
-exists to rule out. Kafka Streams processes a task's records in offset order, each once per
-incarnation of the task; this ledger holds the hand-out to the same rule.
+Faust's fetch loop drops a record only when its offset is below the last one it read, and its
+post-rebalance seek sets that mark back to the committed offset. So a record fetched a second
+time within one generation reaches the streams again. In the ad-click demo this happened when
+Faust resumed stream partitions before seeking them (fixed in ``streamapp.transport``): under
+exactly_once the second processing repeated output in a transaction that could commit. Kafka
+Streams processes a task's records in offset order, each once per incarnation of the task; this
+ledger holds the hand-out to the same rule, so no other path to a second delivery can repeat
+output either.
 
 A record of an older generation than the consumer's is refused too: Faust's stream would skip it
-and ack it unprocessed, and the commit could then cover it. After a rebalance the partition is
-read again from its committed offset, so refusing it loses nothing.
+and ack it unprocessed, and a commit could then cover it. After a rebalance the partition is read
+again from its committed offset, so refusing it loses nothing.
 """
 
 from __future__ import annotations

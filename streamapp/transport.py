@@ -20,15 +20,17 @@
    ``ConsumerThread._seek_to_committed_or_reset``): aiokafka left it where records fetched and
    then dropped by the rebalance had taken it, and those records were never processed.
 
-5. Within one generation a stream record is handed to the streams once (see
-   ``streamapp.hand_out``): a record fetched again is dropped instead of processed twice.
+5. Stream partitions resume after the seek to their committed offsets, not before it (see
+   ``Consumer.resume_partitions``), and within one generation a stream record is handed to the
+   streams once (see ``streamapp.hand_out``): a record fetched again is dropped instead of
+   processed twice.
 """
 
 from __future__ import annotations
 
 import asyncio
 import gc
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import aiokafka
@@ -119,6 +121,9 @@ class Consumer(faust_aiokafka.Consumer):
         super().__init__(*args, **kwargs)
         self._handing_out = asyncio.Event()
         self._hand_out_ledger = HandOutLedger()
+        # Stream partitions Faust's recovery resumed before the seek that must precede them.
+        self._streams_await_seek = False
+        self._resume_after_seek: set[TP] = set()
         self._refusals_logged: set[tuple[TP, int]] = set()
         self._handing_out.set()
         self._commit_lock = asyncio.Lock()
@@ -138,6 +143,32 @@ class Consumer(faust_aiokafka.Consumer):
 
         # Faust's fetch loop hands every record to this callback (the conductor's on_message).
         self.callback = hand_out_between_commits
+
+    def resume_partitions(self, tps: Iterable[TP]) -> None:
+        # Faust's recovery resumes the stream partitions and then seeks them to their committed
+        # offsets (`Recovery.on_recovery_completed`). Records the fetch loop took in between came
+        # from positions the seek moves back: they were processed, fetched again after the seek
+        # and processed again, their output repeated (under exactly_once too, both times in
+        # committed transactions). Stream partitions resume once that seek is done.
+        tps = set(tps)
+        if self._streams_await_seek:
+            changelogs = self.app.tables.changelog_topics
+            held = {tp for tp in tps if tp.topic not in changelogs}
+            self._resume_after_seek |= held
+            tps -= held
+        super().resume_partitions(tps)
+
+    async def perform_seek(self) -> None:
+        # Only a seek that starts after the resume was asked for puts those partitions where
+        # they must be (another may run earlier, from Faust's fetch loop while the flow stops).
+        held = self._resume_after_seek
+        try:
+            await super().perform_seek()
+        finally:
+            if held:
+                self._streams_await_seek = False
+                self._resume_after_seek = set()
+                super().resume_partitions(held & self.assignment())
 
     def _admit(self, message: Message) -> bool:
         """Whether a fetched stream record goes to the streams (see `streamapp.hand_out`)."""
@@ -200,6 +231,8 @@ class Consumer(faust_aiokafka.Consumer):
         await super().on_partitions_revoked(revoked)
 
     async def on_partitions_assigned(self, assigned: set[TP], generation_id: int = 0) -> None:
+        self._streams_await_seek = True
+        self._resume_after_seek = set()
         self._handing_out.set()
         await super().on_partitions_assigned(assigned, generation_id)
 

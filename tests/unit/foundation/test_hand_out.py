@@ -88,3 +88,60 @@ def test_the_consumer_drops_a_second_delivery_and_says_so_once(
         "impressions[3]@541 not handed out again: handed out already in this generation "
         "(first such record of this partition in generation 3)"
     ]
+
+
+STREAM = TP("impressions", 0)
+CHANGELOG = TP("app-impressions-changelog", 0)
+
+
+def _recovering_consumer() -> Any:
+    # The state Faust's rebalance leaves: everything assigned, everything paused.
+    consumer: Any = object.__new__(Consumer)
+    consumer.app = SimpleNamespace(tables=SimpleNamespace(changelog_topics={CHANGELOG.topic}))
+    consumer._active_partitions = set()
+    consumer._paused_partitions = {STREAM, CHANGELOG}
+    consumer._read_offset = {}
+    consumer._committed_offset = {}
+    consumer.assignment = lambda: {STREAM, CHANGELOG}
+    consumer._streams_await_seek = True
+    consumer._resume_after_seek = set()
+    active_at_seek: list[set[TP]] = []
+
+    async def seek_to_committed() -> dict[TP, int]:
+        active_at_seek.append(set(consumer._active_partitions))
+        return {STREAM: 120}
+
+    consumer.seek_to_committed = seek_to_committed
+    consumer.active_at_seek = active_at_seek
+    return consumer
+
+
+async def test_stream_partitions_resume_only_after_the_seek() -> None:
+    consumer = _recovering_consumer()
+    # Recovery resumes the changelogs as it always did...
+    consumer.resume_partitions({CHANGELOG})
+    assert consumer._active_partitions == {CHANGELOG}
+    # ...and the stream partitions right before its seek: held back, nothing to fetch from.
+    consumer.resume_partitions({STREAM})
+    assert STREAM not in consumer._active_partitions
+    await consumer.perform_seek()
+    # The seek ran with the stream partition still paused; it is fetched from afterwards.
+    assert consumer.active_at_seek == [{CHANGELOG}]
+    assert consumer._active_partitions == {CHANGELOG, STREAM}
+    assert STREAM not in consumer._paused_partitions
+    assert consumer._read_offset[STREAM] == 120
+    # Until the next assignment, resuming is Faust's again.
+    consumer.pause_partitions({STREAM})
+    consumer.resume_partitions({STREAM})
+    assert STREAM in consumer._active_partitions
+
+
+async def test_a_seek_before_the_resume_does_not_release_it() -> None:
+    # Faust's fetch loop may seek while the flow is stopped, before recovery asked for the
+    # stream partitions: that seek does not count as theirs.
+    consumer = _recovering_consumer()
+    await consumer.perform_seek()
+    consumer.resume_partitions({STREAM})
+    assert STREAM not in consumer._active_partitions
+    await consumer.perform_seek()
+    assert STREAM in consumer._active_partitions
