@@ -137,15 +137,29 @@ def active_partitions(views: list[dict[str, Any] | None], topic: str) -> set[int
 
 
 def wait_until_assigned(workers: list[Worker], topology: Topology, timeout: float) -> None:
-    """Until every live worker answers and the join's partitions are all owned by one of them."""
+    """Until every live worker answers, in one generation, and owns some of the join's partitions,
+    and those partitions are all owned.
+
+    A worker still joining the group answers too, with nothing assigned: the join's partitions
+    are then all owned by the others, and a crash of that worker would test nothing.
+    """
     deadline = time.monotonic() + timeout
     wanted = set(range(topology.partitions))
+    each_owns_some = len(workers) <= topology.partitions
     while time.monotonic() < deadline:
         for w in workers:
             if not w.alive():
                 raise RuntimeError(f"{w.name} exited while starting:\n{w.log_tail()}")
         views = [w.assignment() for w in workers]
-        if all(views) and active_partitions(views, topology.impressions) == wanted:
+        if (
+            all(views)
+            and len({v.get("generation") for v in views if v}) == 1
+            and (
+                not each_owns_some
+                or all(active_partitions([v], topology.impressions) for v in views)
+            )
+            and active_partitions(views, topology.impressions) == wanted
+        ):
             return
         time.sleep(0.5)
     raise TimeoutError(
