@@ -148,8 +148,8 @@ class Consumer(faust_aiokafka.Consumer):
         # Faust's recovery resumes the stream partitions and then seeks them to their committed
         # offsets (`Recovery.on_recovery_completed`). Records the fetch loop took in between came
         # from positions the seek moves back: they were processed, fetched again after the seek
-        # and processed again, their output repeated (under exactly_once too, both times in
-        # committed transactions). Stream partitions resume once that seek is done.
+        # and processed again, their output repeated (under exactly_once too: both processings
+        # can land in committed transactions). Stream partitions resume once that seek is done.
         tps = set(tps)
         if self._streams_await_seek:
             changelogs = self.app.tables.changelog_topics
@@ -213,6 +213,7 @@ class Consumer(faust_aiokafka.Consumer):
 
     async def on_partitions_revoked(self, revoked: set[TP]) -> None:
         self._hand_out_ledger.forget(revoked)
+        self._refusals_logged.clear()
         if revoked:
             # Nothing more is handed out until the assignment, and what was is processed now:
             # Faust's handler suspends the flow and clears the queues, and a record a fetch had
