@@ -100,9 +100,6 @@ def test_demo_exactly_once_with_a_worker_crash_loses_and_repeats_nothing(
     # ...because the restarted worker found no clean-shutdown marker and dropped its stores.
     victim_log = (tmp_path / "demo" / "worker-2.log").read_text(errors="replace")
     assert "discarding" in victim_log and "did not shut down cleanly" in victim_log
-    # Known open bug (issue 6): about one run in four or five commits a few attributions
-    # twice (3 of 728 in one CI run), cause not found yet. Everything above is checked on
-    # every run; only this outcome is reported as an expected failure, never as a pass.
-    if r.duplicated:
-        pytest.xfail(f"issue 6, open: {r.duplicated} duplicated under exactly_once")
+    # ...and the output has each attribution exactly once.
+    assert r.duplicated == 0, r.samples["duplicated"]
     assert r.output_records == r.expected
