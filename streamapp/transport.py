@@ -132,13 +132,15 @@ class Consumer(faust_aiokafka.Consumer):
 
         async def hand_out_between_commits(message: Message) -> None:
             await self._handing_out.wait()
-            if acks_enabled_for(message.topic) and not self._admit(message):
-                return
-            if not message.tracked and acks_enabled_for(message.topic):
-                # Faust's stream tracks a record only when it takes it from its queue; tracked
-                # here, records still queued count as handed out, and a commit waits for them.
-                message.tracked = True
-                self.track_message(message)
+            if acks_enabled_for(message.topic):  # a stream record (not a changelog's)
+                if not self._admit(message):
+                    return
+                if not message.tracked:
+                    # Faust's stream tracks a record only when it takes it from its queue;
+                    # tracked here, records still queued count as handed out, and a commit
+                    # waits for them.
+                    message.tracked = True
+                    self.track_message(message)
             await hand_out(message)
 
         # Faust's fetch loop hands every record to this callback (the conductor's on_message).
