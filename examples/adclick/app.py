@@ -97,14 +97,12 @@ _clocks: dict[int, join.PartitionClocks] = {}
 _sweep_at: dict[tuple[str, int], int | None] = {}
 
 
-@app.on_partitions_revoked.connect
 def _forget_sweeps(sender: Any, /, *args: Any, **kwargs: Any) -> None:
     _sweep_at.clear()
 
 
-@app.on_partitions_assigned.connect
-def _forget_sweeps_assigned(sender: Any, /, *args: Any, **kwargs: Any) -> None:
-    _sweep_at.clear()
+app.on_partitions_revoked.connect(_forget_sweeps)
+app.on_partitions_assigned.connect(_forget_sweeps)
 
 
 def _count(name: str, partition: int, n: int = 1) -> None:
@@ -123,7 +121,7 @@ def _index(table: Any, partition: int, auction_id: str, bucket: int) -> None:
     where = (table.name, partition)
     if where in _sweep_at:
         at = _sweep_at[where]
-        due_at = (bucket + 1) * buckets.width_ms
+        due_at = buckets.due_at(bucket)
         _sweep_at[where] = due_at if at is None else min(at, due_at)
 
 

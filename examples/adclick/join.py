@@ -245,19 +245,23 @@ class ExpiryBuckets:
     def bucket_of(self, expires_after_ms: int) -> int:
         return expires_after_ms // self.width_ms
 
-    def due(self, live: list[int], clock_ms: int) -> list[int]:
-        """The live buckets whose end the clock has passed."""
+    def due_at(self, bucket: int) -> int:
+        """The lowest clock at which a sweep drops ``bucket``: its end."""
         # Bucket b covers [b*w, (b+1)*w); an entry in it expires once clock > its time,
         # guaranteed for all of them when clock >= (b+1)*w.
-        return [b for b in live if (b + 1) * self.width_ms <= clock_ms]
+        return (bucket + 1) * self.width_ms
+
+    def due(self, live: list[int], clock_ms: int) -> list[int]:
+        """The live buckets whose end the clock has passed."""
+        return [b for b in live if self.due_at(b) <= clock_ms]
 
     def is_due(self, bucket: int, clock_ms: int) -> bool:
         """Whether a sweep at ``clock_ms`` drops ``bucket`` (see `due`)."""
-        return (bucket + 1) * self.width_ms <= clock_ms
+        return self.due_at(bucket) <= clock_ms
 
     def next_due_ms(self, live: list[int]) -> int | None:
         """The lowest clock at which a sweep of these (sorted) live buckets finds one due."""
-        return (live[0] + 1) * self.width_ms if live else None
+        return self.due_at(live[0]) if live else None
 
     @staticmethod
     def with_bucket(live: list[int], bucket: int) -> list[int] | None:
