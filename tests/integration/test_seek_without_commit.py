@@ -19,22 +19,12 @@ from types import SimpleNamespace
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.structs import OffsetAndMetadata
 
 from streamapp.transport import ConsumerThread
+from tests.integration.apps.rebalance_io import create_topic
 
 RECORDS = 20
-
-
-async def _create_topics(bootstrap: str, partitions: dict[str, int]) -> None:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        new = [NewTopic(t, num_partitions=n, replication_factor=1) for t, n in partitions.items()]
-        await admin.create_topics(new)
-    finally:
-        await admin.close()
 
 
 def _thread(consumer: AIOKafkaConsumer, changelogs: set[str]) -> Any:
@@ -53,7 +43,8 @@ def _thread(consumer: AIOKafkaConsumer, changelogs: set[str]) -> Any:
 async def _scenario(bootstrap: str) -> dict[str, Any]:
     run = uuid.uuid4().hex[:8]
     source, changelog = f"it-seek-{run}", f"it-seek-{run}-table-changelog"
-    await _create_topics(bootstrap, {source: 2, changelog: 1})
+    await create_topic(bootstrap, source, 2)
+    await create_topic(bootstrap, changelog, 1)
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
     await producer.start()
     try:
