@@ -36,13 +36,35 @@ Quota = dict[int, int]
 
 
 def previous_counts(groups: Sequence[Group], facts: TaskFacts) -> list[Quota]:
-    """Per group, member -> tasks it held active (eligible members only)."""
+    """Per group, member -> tasks it held active (eligible members only).
+
+    A stateful task that a returning worker ran before (its claim lost on generation,
+    ``facts.other_claimants``) and has caught-up state for counts as that worker's, not its
+    current holder's: the balance then leaves the returning worker room for its own tasks
+    (contract rule 6) instead of granting the holder an extra that keeps one of them, which
+    would send the returning worker a task it holds no state for.
+    """
     counts: list[Quota] = []
     for group in groups:
         # Counted in C; the same keys in the same (first-seen) order as a loop.
         held: Quota = dict(Counter(facts.previous_owner[group.index]))
         held.pop(-1, None)
         counts.append(held)
+    if facts.other_claimants:
+        position = {group.index: k for k, group in enumerate(groups)}
+        for (g, p), claimants in facts.other_claimants.items():
+            k = position.get(g)
+            owner = facts.previous_owner[g][p]
+            if k is None or owner == -1 or not groups[k].stateful:
+                continue
+            back = next((c for c in claimants if facts.caught_up(c, g, p)), -1)
+            if back == -1:
+                continue
+            held = counts[k]
+            held[owner] -= 1
+            if held[owner] == 0:
+                del held[owner]
+            held[back] = held.get(back, 0) + 1
     return counts
 
 
@@ -113,8 +135,9 @@ def _uniform_quotas(
             if y in gets_extra[k] or has_room(y):
                 continue
             # Hand on an extra y did not hold before, if it has one: keeps what it held.
+            # Of those it held, a stateless one moves before a stateful one.
             mine = [j for j, chosen in enumerate(gets_extra) if y in chosen]
-            mine.sort(key=lambda j: (held[j].get(y, 0) > base[j], j))
+            mine.sort(key=lambda j: (held[j].get(y, 0) > base[j], groups[j].stateful, j))
             for j in mine:
                 chosen = gets_extra[j]
                 for x in members:
@@ -127,8 +150,12 @@ def _uniform_quotas(
                         grant(j, y)
         return -1
 
-    # 1. Members that held an extra task keep it while the limits allow.
-    for k in range(len(groups)):
+    # 1. Members that held an extra task keep it while the limits allow, stateful groups
+    #    first: a stateless task never displaces a stateful one. Were a stateless extra kept
+    #    first (Faust's one-partition leader topic is a group of its own), the member
+    #    keeping it could run out of room for the stateful extra it held, and that extra,
+    #    a task with state, would move instead of the stateless one.
+    for k in sorted(range(len(groups)), key=lambda k: (not groups[k].stateful, k)):
         wanting = sorted(
             (m for m, count in held[k].items() if count > base[k]),
             key=lambda m: (-held[k][m], m),
@@ -235,10 +262,13 @@ def _weighted_quotas(
         moves = [(k, move) for k in order if (move := improving_move(k)) is not None]
         if not moves:
             break
+        # A task handed out above moves before a held one, and a stateless one before a
+        # stateful one: a stateless task never displaces a stateful one.
         k, (giver, taker) = min(
             moves,
             key=lambda item: (
                 quotas[item[0]][item[1][0]] <= held[item[0]].get(item[1][0], 0),
+                groups[item[0]].stateful,
                 -total.get(item[1][0], 0) / capacity[item[1][0]],
                 order.index(item[0]),
             ),
