@@ -1,8 +1,10 @@
 """``python -m assignor plan FILE|- [--strategy NAME] [--format json|table]``.
 
 `main(argv) -> int` is also what ``streamapp plan`` calls. Exit status 0 on
-success, 2 on bad input (unreadable file, invalid JSON, a `ScenarioError`,
-bad arguments) with exactly one line on stderr and nothing on stdout.
+success, 2 on bad input (unreadable file, invalid JSON, JSON nested too deeply
+or with a number too long to decode, a `ScenarioError` such as a partition count
+above the model's limits, bad arguments, or a scenario too large for memory)
+with exactly one line on stderr and nothing on stdout.
 """
 
 from __future__ import annotations
@@ -53,12 +55,25 @@ def _read(path: str) -> Any:
         raise ScenarioError(f"{path}: cannot read: {exc.strerror or exc}") from None
     except UnicodeDecodeError:
         raise ScenarioError(f"{path}: not UTF-8 text") from None
+    where = "stdin" if path == "-" else path
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        where = "stdin" if path == "-" else path
         raise ScenarioError(
             f"{where}: not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})"
+        ) from None
+    except RecursionError:
+        # The decoder recurses once per nesting level and gives up near Python's
+        # recursion limit (about 1000); a scenario nests five levels at most.
+        raise ScenarioError(
+            f"{where}: JSON nested too deeply to decode (a scenario nests at most 5 levels)"
+        ) from None
+    except ValueError:
+        # Not a JSONDecodeError (caught above): Python refuses to convert an
+        # integer literal longer than its digit limit, a guard against
+        # quadratic-time conversion. No count or offset comes near it.
+        raise ScenarioError(
+            f"{where}: a number has more than {sys.get_int_max_str_digits()} digits"
         ) from None
 
 
@@ -130,6 +145,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (_UsageError, ScenarioError) as exc:
         message = " ".join(str(exc).split())  # one line, whatever the message held
         print(f"assignor: error: {message}", file=sys.stderr)
+        return BAD_INPUT
+    except MemoryError:
+        # The model's partition limits keep valid scenarios far from this; what
+        # is left (a file of many gigabytes) still gets one line, not a traceback.
+        print("assignor: error: out of memory reading or planning this scenario", file=sys.stderr)
         return BAD_INPUT
     if args.format == "table":
         print(format_table(result, scenario))

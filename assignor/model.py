@@ -17,7 +17,11 @@ contracts/plan.md into frozen dataclasses:
   (topic -> partition -> offset).
 
 Everything the contract calls bad input raises `ScenarioError` naming the field
-path. Stale facts are dropped and counted in ``stale_claims``: a subscription
+path; so does a partition count above `MAX_PARTITIONS_PER_TOPIC` (1,000,000)
+or counts adding up to more than `MAX_PARTITIONS_TOTAL` (2,000,000): far beyond
+what Kafka runs, and a plan of that size would exhaust memory instead.
+
+Stale facts are dropped and counted in ``stale_claims``: a subscription
 topic, owned partition, offset or end offset naming a topic that does not exist
 or a partition beyond its count. Conflicting active claims are resolved here,
 once, for every strategy: the claim with the highest ``generation`` wins; when
@@ -42,6 +46,8 @@ from typing import Any, cast
 from assignor.errors import ScenarioError
 
 __all__ = [
+    "MAX_PARTITIONS_PER_TOPIC",
+    "MAX_PARTITIONS_TOTAL",
     "PROTOCOLS",
     "Member",
     "Offsets",
@@ -51,6 +57,18 @@ __all__ = [
 ]
 
 PROTOCOLS = ("eager", "cooperative")
+
+#: The most partitions a topic may have in a scenario. Far above anything Kafka
+#: runs (the usual guidance is a few thousand partitions per broker; KRaft
+#: clusters have been shown with about two million in all), yet low enough that
+#: a typo such as ``10**14`` is refused by name instead of exhausting memory: a
+#: plan allocates per partition.
+MAX_PARTITIONS_PER_TOPIC = 1_000_000
+#: The most partitions of all topics of one scenario together. Many topics at
+#: the per-topic limit would still exhaust memory (a plan holds a few hundred
+#: bytes per stateful task: about 250 MB and 3 s per million), so the sum is
+#: bounded too, at about what a whole KRaft cluster has been shown to hold.
+MAX_PARTITIONS_TOTAL = 2_000_000
 
 #: topic -> sorted partitions
 Ownership = dict[str, tuple[int, ...]]
@@ -221,9 +239,24 @@ class _StaleCounter:
 
 def _parse_topics(raw: object) -> dict[str, int]:
     topics: dict[str, int] = {}
+    total = 0
     for name, count in _mapping(raw, "topics").items():
         name = _string(name, "topics")
-        topics[name] = _integer(count, f"topics.{name}", minimum=1, what="partition count")
+        count = _integer(count, f"topics.{name}", minimum=1, what="partition count")
+        if count > MAX_PARTITIONS_PER_TOPIC:
+            raise _fail(
+                f"topics.{name}",
+                f"partition count {count} is above the limit of "
+                f"{MAX_PARTITIONS_PER_TOPIC:,} partitions per topic",
+            )
+        topics[name] = count
+        total += count
+    if total > MAX_PARTITIONS_TOTAL:
+        raise _fail(
+            "topics",
+            f"{total:,} partitions in all topics together is above the limit of "
+            f"{MAX_PARTITIONS_TOTAL:,} per scenario",
+        )
     return topics
 
 
