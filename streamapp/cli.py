@@ -6,6 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NoReturn
 
 from streamapp.kafka.broker import DEFAULT_PORT, BrokerError, LocalKafka, broker_status
 from streamapp.kafka.release import KAFKA_VERSION, KafkaJarsError, resolve_kafka_jars
@@ -55,12 +56,25 @@ def _demo(args: argparse.Namespace) -> int:
     return int(demo_main(args.demo_args))
 
 
+class _OneLineErrorParser(argparse.ArgumentParser):
+    """A command's bad option is one line naming it, like every other refusal.
+
+    argparse's default repeats the whole usage first, which buries the one line that says
+    what is wrong (the worker's usage alone is five lines).
+    """
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="streamapp",
         description="Stream processing on Kafka; partition assignment keeps state where it lives.",
     )
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    commands = parser.add_subparsers(
+        dest="command", required=True, metavar="COMMAND", parser_class=_OneLineErrorParser
+    )
 
     worker = commands.add_parser("worker", help="run one worker process of a streamapp.App")
     add_worker_arguments(worker)

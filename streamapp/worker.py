@@ -4,22 +4,44 @@ Faust reads its broker, data dir and web port from environment variables when th
 settings are first used, and explicit values in the user's code do not override them; so the
 options are turned into those variables before the app module is imported. streamapp's own
 settings (client id, host, rack, capacity) go onto ``app.streamapp_settings``.
+
+Before Faust starts, every option that can be checked is checked, so that a bad one is
+refused with one line naming it and exit status 2 rather than a traceback or a worker that
+retries forever: capacity in range, the data dir created and writable, the data dir not in
+use by another worker (a lock held for the life of the process, see `tables.data_dir_lock`),
+the web port free on its host, and at least one bootstrap address of the broker accepting
+a TCP connection.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
 import importlib
 import os
+import socket
 import sys
+from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
 
 import faust
+from yarl import URL
 
 from streamapp.settings import SettingsError, StreamappSettings
+from tables.data_dir_lock import DataDirInUse, DataDirLock, lock_data_dir
 from tables.identity import ClientIdError, load_or_create_client_id
+
+#: How long to wait for each bootstrap address to accept a TCP connection. A broker on a
+#: reachable network answers in milliseconds; a few seconds tell a dead address from a slow
+#: one without making a refused start feel hung.
+BROKER_CONNECT_TIMEOUT_S = 3.0
+#: The port Faust's aiokafka driver uses when a broker URL names none.
+KAFKA_DEFAULT_PORT = 9092
+
+# The data dir lock of this process, held until it exits (see `tables.data_dir_lock`).
+_data_dir_lock: DataDirLock | None = None
 
 
 class WorkerSetupError(RuntimeError):
@@ -79,8 +101,170 @@ def _import_app(spec: str) -> faust.App:
     return app
 
 
+def check_option_ranges(args: argparse.Namespace) -> None:
+    """Refuse option values no worker could run with, before anything is imported."""
+    if args.capacity is not None and args.capacity < 1:
+        raise WorkerSetupError(
+            f"--capacity {args.capacity} must be at least 1 "
+            "(it is this worker's relative share of work)"
+        )
+    if args.web_port is not None and not 1 <= args.web_port <= 65535:
+        raise WorkerSetupError(f"--web-port {args.web_port} is not a TCP port (1-65535)")
+
+
+def _option(flag: str, value: object, given: bool) -> str:
+    """How a message names a setting: the option as typed, or the app's default for it."""
+    return f"{flag} {value}" if given else f"{flag} {value} (the app's default)"
+
+
+def prepare_data_dir(data_dir: Path, name: str) -> None:
+    """Create ``data_dir`` if missing and prove it writable, or say why it cannot be used.
+
+    A probe file is written and removed rather than asking `os.access`, which answers for
+    permission bits only: it says yes for root, on a read-only mount and on a full disk.
+    """
+    if data_dir.exists() and not data_dir.is_dir():
+        raise WorkerSetupError(f"{name} is not a directory; give a directory for local state")
+    try:
+        data_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise WorkerSetupError(
+            f"{name} cannot be created: {exc.strerror or exc}; "
+            "give a directory this user can create or write"
+        ) from None
+    probe = data_dir / f".streamapp-write-probe-{os.getpid()}"
+    try:
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.write(fd, b"x")
+        finally:
+            os.close(fd)
+        probe.unlink()
+    except OSError as exc:
+        raise WorkerSetupError(
+            f"{name} is not writable: {exc.strerror or exc}; give a directory this user can write"
+        ) from None
+
+
+def lock_worker_data_dir(data_dir: Path) -> DataDirLock:
+    """Hold ``data_dir`` for this process, or refuse naming the worker that holds it."""
+    global _data_dir_lock
+    if _data_dir_lock is not None and _data_dir_lock.held:
+        if _data_dir_lock.data_dir == data_dir.absolute():
+            return _data_dir_lock  # this process prepared the same dir before
+        _data_dir_lock.release()
+    try:
+        _data_dir_lock = lock_data_dir(data_dir)
+    except DataDirInUse as exc:
+        raise WorkerSetupError(f"{exc}; give each worker its own --data-dir") from None
+    except OSError as exc:
+        raise WorkerSetupError(
+            f"data dir {data_dir}: cannot take its lock file: {exc.strerror or exc}; "
+            "give a directory this user can write"
+        ) from None
+    return _data_dir_lock
+
+
+def check_web_port(host: str, port: int, name: str) -> None:
+    """Refuse a web port that Faust's web server could not bind on ``host``.
+
+    Binds every address ``host`` resolves to, as asyncio's ``create_server`` does, with
+    ``SO_REUSEADDR`` set as it sets it: a port left in TIME_WAIT by a worker that just
+    stopped is free for the server, so it must not be refused here.
+    """
+    try:
+        addresses = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise WorkerSetupError(f"--web-host {host} cannot be resolved: {exc.strerror}") from None
+    for family, kind, proto, _name, address in addresses:
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind(address)
+            except OSError as exc:
+                if exc.errno == errno.EADDRINUSE:
+                    raise WorkerSetupError(
+                        f"{name} is in use by another process; pick a free port"
+                    ) from None
+                if exc.errno == errno.EACCES:
+                    raise WorkerSetupError(
+                        f"{name} needs privileges this user lacks (a port below 1024?); "
+                        "pick a port above 1023"
+                    ) from None
+                if exc.errno == errno.EADDRNOTAVAIL:
+                    raise WorkerSetupError(
+                        f"--web-host {host} is not an address of this machine"
+                    ) from None
+                raise WorkerSetupError(
+                    f"{name} cannot be bound on {host}: {exc.strerror or exc}"
+                ) from None
+
+
+def _connect_failure(host: str, port: int, timeout_s: float) -> str | None:
+    """Why ``host:port`` does not accept a TCP connection, or None when it does."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s):
+            return None
+    except socket.gaierror as exc:
+        return f"{host}:{port}: cannot resolve {host} ({exc.strerror})"
+    except TimeoutError:
+        return f"{host}:{port}: no answer within {timeout_s:g} s"
+    except ConnectionRefusedError:
+        return f"{host}:{port}: connection refused (nothing listens there)"
+    except OSError as exc:
+        return f"{host}:{port}: {exc.strerror or exc}"
+
+
+def check_broker_reachable(
+    urls: Iterable[URL], name: str, *, timeout_s: float = BROKER_CONNECT_TIMEOUT_S
+) -> None:
+    """Refuse a broker none of whose bootstrap addresses accepts a TCP connection.
+
+    One live address is enough (a Kafka client learns the others from it), so the first to
+    answer ends the check. Without it, Faust's consumer would retry an unreachable broker
+    forever, logging as it goes, and the worker would look alive while doing nothing.
+    Transports other than Kafka's are not network addresses and are not checked.
+    """
+    failures: list[str] = []
+    for url in urls:
+        if url.scheme not in ("kafka", "aiokafka"):
+            return
+        # Faust's aiokafka driver fills in the same defaults (`server_list`).
+        host = url.host or "127.0.0.1"
+        failure = _connect_failure(host, url.port or KAFKA_DEFAULT_PORT, timeout_s)
+        if failure is None:
+            return
+        failures.append(failure)
+    if failures:
+        raise WorkerSetupError(
+            f"{name} is not reachable ({'; '.join(failures)}); check that the broker runs and "
+            "the address is right (a local one starts with `streamapp kafka start`)"
+        )
+
+
+def _broker_option(app: faust.App, given: str | None) -> str:
+    if given:
+        return f"--broker {given}"
+    shown = ";".join(f"{u.host}:{u.port or KAFKA_DEFAULT_PORT}" for u in app.conf.broker)
+    return f"--broker {shown} (the app's default)"
+
+
+def check_worker_environment(app: faust.App, args: argparse.Namespace) -> None:
+    """The checks that need the app's settings: web port, then broker (the slowest)."""
+    conf = app.conf
+    if conf.web_enabled and conf.web_transport.scheme != "unix":
+        name = _option("--web-port", conf.web_port, args.web_port is not None)
+        check_web_port(conf.web_bind, conf.web_port, name)
+    check_broker_reachable(conf.broker, _broker_option(app, args.broker))
+
+
 def prepare_worker(args: argparse.Namespace) -> faust.App:
-    """Import and configure the app as the options say, ready for Faust's worker."""
+    """Import and configure the app as the options say, ready for Faust's worker.
+
+    Refuses, with a `WorkerSetupError` naming the option, a data dir that cannot be used or
+    is in use by another worker; takes the data dir's lock before anything in it is read.
+    """
+    check_option_ranges(args)
     if args.broker:
         os.environ["BROKER_URL"] = _broker_url(args.broker)
     if args.data_dir:
@@ -94,10 +278,14 @@ def prepare_worker(args: argparse.Namespace) -> faust.App:
         if value is not None:
             os.environ[f"STREAMAPP_{name}"] = str(value)
     app = _import_app(args.app)
+    data_dir = Path(app.conf.datadir).absolute()
+    prepare_data_dir(data_dir, _option("--data-dir", data_dir, bool(args.data_dir)))
+    # Before the client id file, the ownership record or any store is opened: from here
+    # on, this process is the only one working in the data dir.
+    lock_worker_data_dir(data_dir)
     base = getattr(app, "streamapp_settings", None)
     try:
         settings = (base or StreamappSettings()).with_env()
-        data_dir = Path(app.conf.datadir).absolute()
         client_id = load_or_create_client_id(data_dir, args.client_id or settings.client_id)
     except (SettingsError, ClientIdError) as exc:
         raise WorkerSetupError(str(exc)) from exc
@@ -126,9 +314,11 @@ def run_worker(args: argparse.Namespace) -> int:
     """Run the worker until it is stopped; returns the process exit status."""
     try:
         app = prepare_worker(args)
+        check_worker_environment(app, args)
         check_group_protocol(app)
     except WorkerSetupError as exc:
-        print(f"streamapp worker: {exc}", file=sys.stderr)
+        message = " ".join(str(exc).split())  # one line, whatever a cause's text held
+        print(f"streamapp worker: {message}", file=sys.stderr)
         return 2
     from faust.cli.faust import cli as faust_cli
 
