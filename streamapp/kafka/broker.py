@@ -121,8 +121,13 @@ def _server_properties(port: int, controller_port: int, data_dir: Path) -> str:
         "inter.broker.listener.name": "PLAINTEXT",
         "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
         "log.dirs": str(data_dir / "log"),
+        # Topics are created on purpose, never by a client that names one: an auto-created
+        # topic gets num.partitions whatever the app declares, so a deleted changelog came back
+        # with 1 partition, and a source topic created by its first reader or writer was not
+        # partitioned like the tables it feeds. Apps create theirs (`streamapp topics create`,
+        # Faust's CreateTopics for its internal topics); a worker refuses a missing source topic.
+        "auto.create.topics.enable": "false",
         "num.partitions": "1",
-        "auto.create.topics.enable": "true",
         # One node: every internal topic has one replica, and small ones start faster.
         "offsets.topic.replication.factor": "1",
         "offsets.topic.num.partitions": "8",
