@@ -22,6 +22,9 @@ class App(faust.App):
 
     Use it exactly as a `faust.App`. The extra keyword arguments are streamapp's own settings
     (see `StreamappSettings`); a worker started with ``streamapp worker`` may override them.
+    ``create_source_topics=True`` lets ``streamapp worker`` create the source topics its
+    agents consume, from their declared partition counts, when they are missing (see
+    `streamapp.topic_check`); by default a missing one refuses the start.
     """
 
     streamapp_settings: StreamappSettings
@@ -35,6 +38,7 @@ class App(faust.App):
         max_warmup_replicas: int = 2,
         probing_rebalance_interval_s: float = 30.0,
         capacity: int = 1,
+        create_source_topics: bool = False,
         **options: Any,
     ) -> None:
         settings = StreamappSettings(
@@ -43,6 +47,7 @@ class App(faust.App):
             acceptable_recovery_lag=acceptable_recovery_lag,
             max_warmup_replicas=max_warmup_replicas,
             probing_rebalance_interval_s=probing_rebalance_interval_s,
+            create_source_topics=create_source_topics,
         ).with_env()
         self.streamapp_settings = settings
         options.setdefault("store", "rocksdb://")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
 ENV_PREFIX = "STREAMAPP_"
@@ -31,6 +31,9 @@ class StreamappSettings:
     acceptable_recovery_lag: int = 10_000
     max_warmup_replicas: int = 2
     probing_rebalance_interval_s: float = 30.0
+    # Off by default, as Kafka Streams has it: a missing source topic is more often a typo or
+    # a wrong cluster than a topic nobody made yet, and a topic created by mistake stays.
+    create_source_topics: bool = False
 
     def __post_init__(self) -> None:
         if self.capacity < 1:
@@ -70,7 +73,17 @@ class StreamappSettings:
         return env
 
 
-_CONVERTERS = {
+def boolean(raw: str) -> bool:
+    """A yes/no setting as an environment variable spells it (``true``/``false``, ``1``/``0``)."""
+    value = raw.strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(raw)
+
+
+_CONVERTERS: dict[str, Callable[[str], object]] = {
     "client_id": str,
     "host": str,
     "rack": str,
@@ -79,4 +92,5 @@ _CONVERTERS = {
     "acceptable_recovery_lag": int,
     "max_warmup_replicas": int,
     "probing_rebalance_interval_s": float,
+    "create_source_topics": boolean,
 }
