@@ -1,4 +1,4 @@
-"""The `streamapp` command line: worker, plan, kafka, demo."""
+"""The `streamapp` command line: worker, topics, plan, kafka, demo."""
 
 from __future__ import annotations
 
@@ -44,6 +44,65 @@ def _kafka(args: argparse.Namespace) -> int:
     return 0
 
 
+def _topics(args: argparse.Namespace) -> int:
+    """`streamapp topics create`: the app's source topics, as its code declares them."""
+    import asyncio
+
+    from streamapp import topic_check
+    from streamapp.worker import (
+        WorkerSetupError,
+        app_bootstrap,
+        broker_option,
+        check_broker_reachable,
+        discover_agents,
+        import_app,
+        topics_create_command,
+        use_broker_option,
+    )
+
+    def refuse(message: str) -> int:
+        print(f"streamapp topics {args.action}: {' '.join(message.split())}", file=sys.stderr)
+        return 2
+
+    if args.replication_factor is not None and args.replication_factor < 1:
+        return refuse(f"--replication-factor {args.replication_factor} must be at least 1")
+    use_broker_option(args.broker)
+    try:
+        app = import_app(args.app)
+        discover_agents(app)
+        check_broker_reachable(app.conf.broker, broker_option(app, args.broker))
+    except WorkerSetupError as exc:
+        return refuse(str(exc))
+    declared = topic_check.declared_topics(app)
+    if not declared.sources:
+        print(
+            f"{app.conf.id}: no source topics to create (its agents consume none it must be given)"
+        )
+        return 0
+    bootstrap = app_bootstrap(app)
+    try:
+        report = asyncio.run(
+            topic_check.check_source_topics(
+                bootstrap, declared, create=True, replication_factor=args.replication_factor
+            )
+        )
+    except topic_check.TopicCheckError as exc:
+        return refuse(str(exc))
+    for topic in report.created:
+        replicas = args.replication_factor or topic.replicas
+        print(
+            f"created {topic.name} ({topic_check.partition_count(topic.partitions)}, "
+            f"replication factor {replicas})"
+        )
+    if report.problems:
+        # What was found is not news when the answer is a refusal: the one line says it all.
+        command = topics_create_command(args.app, bootstrap)
+        return refuse(topic_check.describe_problems(report.problems, create_command=command))
+    for name, partitions in report.already_there:
+        print(f"already there: {name} ({topic_check.partition_count(partitions)})")
+    return 0
+
+
 def _plan(args: argparse.Namespace) -> int:
     from assignor.cli import main as plan_main
 
@@ -79,6 +138,33 @@ def build_parser() -> argparse.ArgumentParser:
     worker = commands.add_parser("worker", help="run one worker process of a streamapp.App")
     add_worker_arguments(worker)
     worker.set_defaults(handler=run_worker)
+
+    topics = commands.add_parser(
+        "topics",
+        help="create an app's source topics with the partition counts its code declares",
+        description="Create the source topics of an app (the topics its agents consume, "
+        "except those Faust creates itself: changelogs, leader and repartition topics) with "
+        "the partition counts the app declares (a topic's partitions=, else the app's "
+        "topic_partitions). Topics already there are left as they are. Refuses, creating "
+        "nothing, when topics that must be co-partitioned would differ in partition count.",
+    )
+    topics.add_argument("action", choices=["create"], help="create the missing source topics")
+    topics.add_argument(
+        "-A",
+        "--app",
+        required=True,
+        metavar="MODULE:APP",
+        help="the app whose source topics to create, e.g. examples.adclick.app:app",
+    )
+    topics.add_argument("--broker", help="Kafka bootstrap address (default: the app's broker)")
+    topics.add_argument(
+        "--replication-factor",
+        type=int,
+        metavar="N",
+        help="replicas of each created topic (default: the topic's replicas=, else the app's "
+        "topic_replication_factor, which is 1 unless the app sets it)",
+    )
+    topics.set_defaults(handler=_topics)
 
     kafka = commands.add_parser("kafka", help="a real local Kafka broker (KRaft, 127.0.0.1 only)")
     kafka.add_argument(

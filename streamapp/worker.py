@@ -10,7 +10,10 @@ refused with one line naming it and exit status 2 rather than a traceback or a w
 retries forever: capacity in range, the data dir created and writable, the data dir not in
 use by another worker (a lock held for the life of the process, see `tables.data_dir_lock`),
 the web port free on its host, and at least one bootstrap address of the broker accepting
-a TCP connection.
+a TCP connection. Then the broker is asked whether the app's consumer group runs another
+assignor, and whether the source topics its agents consume exist with the partition counts
+its tables need (`streamapp.topic_check`): a missing or mis-sized topic is refused here,
+by every worker alike, instead of crashing each of them into a loop once Faust runs.
 """
 
 from __future__ import annotations
@@ -73,6 +76,13 @@ def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rack", help="wider placement domain for standbys (default: none)")
     parser.add_argument("--capacity", type=int, help="relative share of work (default: 1)")
     parser.add_argument(
+        "--create-topics",
+        action="store_true",
+        help="create missing source topics with the partition counts the app declares "
+        "(default: the app's create_source_topics, off; a missing source topic then "
+        "refuses the start, naming the `streamapp topics create` command)",
+    )
+    parser.add_argument(
         "-l",
         "--loglevel",
         default="info",
@@ -84,7 +94,20 @@ def _broker_url(address: str) -> str:
     return address if "://" in address else f"kafka://{address}"
 
 
-def _import_app(spec: str) -> faust.App:
+def use_broker_option(broker: str | None) -> None:
+    """Make ``--broker`` the app's broker; before the app is imported, or Faust ignores it."""
+    if broker:
+        os.environ["BROKER_URL"] = _broker_url(broker)
+
+
+def app_bootstrap(app: faust.App) -> str:
+    """The app's bootstrap servers as a Kafka client takes them (``host:port,...``)."""
+    from faust.transport.drivers.aiokafka import server_list
+
+    return ",".join(server_list(app.conf.broker, KAFKA_DEFAULT_PORT))
+
+
+def import_app(spec: str) -> faust.App:
     module_name, sep, attribute = spec.partition(":")
     if not sep or not module_name or not attribute:
         raise WorkerSetupError(f"-A {spec!r}: expected MODULE:APP, e.g. examples.adclick.app:app")
@@ -242,7 +265,8 @@ def check_broker_reachable(
         )
 
 
-def _broker_option(app: faust.App, given: str | None) -> str:
+def broker_option(app: faust.App, given: str | None) -> str:
+    """How a message names the broker: the option as typed, or the app's default."""
     if given:
         return f"--broker {given}"
     shown = ";".join(f"{u.host}:{u.port or KAFKA_DEFAULT_PORT}" for u in app.conf.broker)
@@ -255,7 +279,7 @@ def check_worker_environment(app: faust.App, args: argparse.Namespace) -> None:
     if conf.web_enabled and conf.web_transport.scheme != "unix":
         name = _option("--web-port", conf.web_port, args.web_port is not None)
         check_web_port(conf.web_bind, conf.web_port, name)
-    check_broker_reachable(conf.broker, _broker_option(app, args.broker))
+    check_broker_reachable(conf.broker, broker_option(app, args.broker))
 
 
 def prepare_worker(args: argparse.Namespace) -> faust.App:
@@ -265,8 +289,7 @@ def prepare_worker(args: argparse.Namespace) -> faust.App:
     is in use by another worker; takes the data dir's lock before anything in it is read.
     """
     check_option_ranges(args)
-    if args.broker:
-        os.environ["BROKER_URL"] = _broker_url(args.broker)
+    use_broker_option(args.broker)
     if args.data_dir:
         os.environ["APP_DATADIR"] = str(Path(args.data_dir).absolute())
     if args.web_port is not None:
@@ -277,7 +300,7 @@ def prepare_worker(args: argparse.Namespace) -> faust.App:
         value = getattr(args, option)
         if value is not None:
             os.environ[f"STREAMAPP_{name}"] = str(value)
-    app = _import_app(args.app)
+    app = import_app(args.app)
     data_dir = Path(app.conf.datadir).absolute()
     prepare_data_dir(data_dir, _option("--data-dir", data_dir, bool(args.data_dir)))
     # Before the client id file, the ownership record or any store is opened: from here
@@ -296,18 +319,65 @@ def prepare_worker(args: argparse.Namespace) -> faust.App:
 
 def check_group_protocol(app: faust.App) -> None:
     """Refuse to start, naming the cause, when the app's group runs another assignor."""
-    from faust.transport.drivers.aiokafka import server_list
-
     from streamapp.group_check import find_foreign_group, foreign_group_message
     from streamapp.partition_assignor import PROTOCOL_NAME, StreamappPartitionAssignor
 
     assignor = app.conf.PartitionAssignor
     if not (isinstance(assignor, type) and issubclass(assignor, StreamappPartitionAssignor)):
         return  # the app chose another assignor on purpose (bench/rebalance.py runs Faust's)
-    bootstrap = ",".join(server_list(app.conf.broker, 9092))
-    found = asyncio.run(find_foreign_group(bootstrap, app.conf.id, PROTOCOL_NAME))
+    found = asyncio.run(find_foreign_group(app_bootstrap(app), app.conf.id, PROTOCOL_NAME))
     if found is not None:
         raise WorkerSetupError(foreign_group_message(found, PROTOCOL_NAME))
+
+
+def discover_agents(app: faust.App) -> None:
+    """Import the modules an autodiscovering app keeps its agents in, as Faust's worker will.
+
+    Importing twice is harmless (Python keeps the modules), and without it the source topics
+    of agents outside the app's own module would be unknown to the topic check.
+    """
+    if app.conf.autodiscover:  # type: ignore[misc]  # a setting that mypy takes for a method
+        app.discover()
+
+
+def topics_create_command(spec: str, bootstrap: str) -> str:
+    return f"streamapp topics create -A {spec} --broker {bootstrap}"
+
+
+def check_topics(app: faust.App, args: argparse.Namespace) -> None:
+    """Refuse to start on a missing or mis-sized source topic; create missing ones if asked.
+
+    Before the consumer joins the group: once it has, Faust would subscribe to a missing
+    topic (and wait for it forever) or fail on a mis-sized one in every worker, in a loop.
+    """
+    from streamapp import topic_check
+
+    discover_agents(app)
+    declared = topic_check.declared_topics(app)
+    if not declared.sources:
+        return
+    settings: StreamappSettings | None = getattr(app, "streamapp_settings", None)
+    create = bool(args.create_topics) or (settings is not None and settings.create_source_topics)
+    bootstrap = app_bootstrap(app)
+    try:
+        report = asyncio.run(topic_check.check_source_topics(bootstrap, declared, create=create))
+    except topic_check.TopicCheckError as exc:
+        raise WorkerSetupError(str(exc)) from None
+    if report.created:
+        made = ", ".join(
+            f"{t.name} ({topic_check.partition_count(t.partitions)}, "
+            f"replication factor {t.replicas})"
+            for t in report.created
+        )
+        print(f"streamapp worker: created source topics {made}", file=sys.stderr, flush=True)
+    if report.problems:
+        command = topics_create_command(args.app, bootstrap)
+        raise WorkerSetupError(
+            topic_check.describe_problems(
+                report.problems,
+                create_command=f"{command} (or start the worker with --create-topics)",
+            )
+        )
 
 
 def run_worker(args: argparse.Namespace) -> int:
@@ -316,6 +386,7 @@ def run_worker(args: argparse.Namespace) -> int:
         app = prepare_worker(args)
         check_worker_environment(app, args)
         check_group_protocol(app)
+        check_topics(app, args)
     except WorkerSetupError as exc:
         message = " ".join(str(exc).split())  # one line, whatever a cause's text held
         print(f"streamapp worker: {message}", file=sys.stderr)
