@@ -37,6 +37,9 @@ buckets = join.ExpiryBuckets(width_ms=topology.expiry_bucket_ms)
 app = App(
     topology.app_id,
     topic_partitions=topology.partitions,
+    # Run on its own (`streamapp worker -A examples.adclick.app:app`), the demo app makes its
+    # source topics as it declares them; the demo, its tests and the benchmark create them first.
+    create_source_topics=True,
     processing_guarantee=topology.processing_guarantee,
     # Table keys and values (auction ids, JSON states, counts) on their changelogs.
     key_serializer="json",
