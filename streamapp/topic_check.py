@@ -35,6 +35,7 @@ from dataclasses import dataclass
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError
+from faust.types import AppT, TopicT
 
 logger = logging.getLogger(__name__)
 
@@ -126,21 +127,19 @@ TopicProblem = MissingSourceTopic | PartitionCountMismatch
 # -- what the app declares --
 
 
-def declared_topics(app: object) -> DeclaredTopics:
+def declared_topics(app: AppT) -> DeclaredTopics:
     """The source topics and tables of a Faust app, as its code declares them.
 
     Reads ``app.agents``, ``app.tables`` and ``app.conf`` only; nothing is contacted. The app's
     modules must have been imported (autodiscovered ones too) for its agents to be known.
     """
-    from faust.types import TopicT
-
-    conf = app.conf  # type: ignore[attr-defined]
+    conf = app.conf
     default_partitions = int(conf.topic_partitions)
     default_replicas = int(conf.topic_replication_factor)
     sources: dict[str, SourceTopic] = {}
     explicit: set[str] = set()
     groups: list[tuple[str, ...]] = []
-    for agent in app.agents.values():  # type: ignore[attr-defined]
+    for agent in app.agents.values():
         channel = agent.channel
         # In-memory channels have no topic; a pattern subscription has no names to check; an
         # internal topic (an agent declared with a name, not a topic) Faust creates itself.
@@ -160,7 +159,7 @@ def declared_topics(app: object) -> DeclaredTopics:
         if len(set(names)) > 1:
             groups.append(tuple(sorted(set(names))))
     tables: list[TableTopic] = []
-    for table in app.tables.values():  # type: ignore[attr-defined]
+    for table in app.tables.values():
         if table.is_global:
             continue
         tables.append(

@@ -336,8 +336,11 @@ def discover_agents(app: faust.App) -> None:
     Importing twice is harmless (Python keeps the modules), and without it the source topics
     of agents outside the app's own module would be unknown to the topic check.
     """
-    if app.conf.autodiscover:  # type: ignore[misc]  # a setting that mypy takes for a method
-        app.discover()
+    if app.conf.autodiscover:  # type: ignore[misc,unused-ignore]  # mypy may take the setting for a method
+        try:
+            app.discover()
+        except ImportError as exc:
+            raise WorkerSetupError(f"app {app.conf.id!r}: autodiscover: {exc}") from None
 
 
 def topics_create_command(spec: str, bootstrap: str) -> str:
@@ -347,8 +350,9 @@ def topics_create_command(spec: str, bootstrap: str) -> str:
 def check_topics(app: faust.App, args: argparse.Namespace) -> None:
     """Refuse to start on a missing or mis-sized source topic; create missing ones if asked.
 
-    Before the consumer joins the group: once it has, Faust would subscribe to a missing
-    topic (and wait for it forever) or fail on a mis-sized one in every worker, in a loop.
+    Before the consumer joins the group: once it has, a missing topic has no partitions to
+    assign (or, on a broker that auto-creates topics, comes with the broker's default count),
+    and a mis-sized one fails inside Faust in every worker, in a loop.
     """
     from streamapp import topic_check
 
