@@ -124,6 +124,7 @@ class Consumer(faust_aiokafka.Consumer):
         # Stream partitions Faust's recovery resumed before the seek that must precede them.
         self._streams_await_seek = False
         self._resume_after_seek: set[TP] = set()
+        self._resume_asked_by: asyncio.Task[Any] | None = None
         self._refusals_logged: set[tuple[TP, int]] = set()
         self._handing_out.set()
         self._commit_lock = asyncio.Lock()
@@ -156,20 +157,28 @@ class Consumer(faust_aiokafka.Consumer):
         if self._streams_await_seek:
             changelogs = self.app.tables.changelog_topics
             held = {tp for tp in tps if tp.topic not in changelogs}
-            self._resume_after_seek |= held
+            if held:
+                self._resume_after_seek |= held
+                self._resume_asked_by = asyncio.current_task()
             tps -= held
         super().resume_partitions(tps)
 
     async def perform_seek(self) -> None:
-        # Only a seek that starts after the resume was asked for puts those partitions where
-        # they must be (another may run earlier, from Faust's fetch loop while the flow stops).
-        held = self._resume_after_seek
+        # Only the seek of the code that asked for the resume, which starts after it, releases
+        # those partitions. Faust's fetch loop seeks too, from its own task, whenever it fetched
+        # while the flow was stopped; were its seek to release them (it may run between the
+        # resume and recovery's seek), records would flow while recovery's seek then moved every
+        # partition back under them. Faust's gap detection took the offsets the seek had moved
+        # back over for gaps and acked them, and a record fetched before the seek and handed out
+        # after it could pass records never handed out: acked, committed, never processed.
+        held = self._resume_after_seek if self._resume_asked_by is asyncio.current_task() else set()
         try:
             await super().perform_seek()
         finally:
             if held:
                 self._streams_await_seek = False
                 self._resume_after_seek = set()
+                self._resume_asked_by = None
                 super().resume_partitions(held & self.assignment())
 
     def _admit(self, message: Message) -> bool:
@@ -236,6 +245,7 @@ class Consumer(faust_aiokafka.Consumer):
     async def on_partitions_assigned(self, assigned: set[TP], generation_id: int = 0) -> None:
         self._streams_await_seek = True
         self._resume_after_seek = set()
+        self._resume_asked_by = None
         self._handing_out.set()
         await super().on_partitions_assigned(assigned, generation_id)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from types import SimpleNamespace
 from typing import Any
@@ -105,6 +106,7 @@ def _recovering_consumer() -> Any:
     consumer.assignment = lambda: {STREAM, CHANGELOG}
     consumer._streams_await_seek = True
     consumer._resume_after_seek = set()
+    consumer._resume_asked_by = None
     active_at_seek: list[set[TP]] = []
 
     async def seek_to_committed() -> dict[TP, int]:
@@ -145,3 +147,17 @@ async def test_a_seek_before_the_resume_does_not_release_it() -> None:
     assert STREAM not in consumer._active_partitions
     await consumer.perform_seek()
     assert STREAM in consumer._active_partitions
+
+
+async def test_a_seek_from_another_task_after_the_resume_does_not_release_it() -> None:
+    # Faust's fetch loop seeks from its own task whenever it fetched while the flow was
+    # stopped, and may do so between recovery's resume and recovery's own seek. Were that
+    # seek to release the stream partitions, records would flow while recovery's seek then
+    # moved every partition back under them (offsets taken for gaps, acked unprocessed).
+    consumer = _recovering_consumer()
+    consumer.resume_partitions({STREAM})
+    await asyncio.create_task(consumer.perform_seek())  # the fetch loop's seek
+    assert STREAM not in consumer._active_partitions
+    await consumer.perform_seek()  # recovery's, from the task that asked for the resume
+    assert STREAM in consumer._active_partitions
+    assert consumer.active_at_seek == [set(), set()]
