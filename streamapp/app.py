@@ -55,6 +55,8 @@ class App(faust.App):
         # Workers on one machine would all fight for port 6066; the worker command picks one.
         options.setdefault("web_bind", "127.0.0.1")
         options.setdefault("PartitionAssignor", assignment_wiring.PARTITION_ASSIGNOR)
+        # Recovery that never resumes streams over records it has counted but not stored.
+        options.setdefault("TableManager", "tables.recovery:TableManager")
         # Records of a fetch in timestamp order across partitions (see streamapp.scheduling).
         options.setdefault("ConsumerScheduler", "streamapp.scheduling:TimestampOrderScheduling")
         super().__init__(id, **options)
