@@ -30,7 +30,8 @@ from __future__ import annotations
 
 import asyncio
 import gc
-from collections.abc import Iterable, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping
+from contextvars import ContextVar
 from typing import Any
 
 import aiokafka
@@ -39,6 +40,10 @@ from faust.types import TP, Message
 from faust.types.transports import TPorTopicSet
 
 from streamapp.hand_out import HandOutLedger
+
+#: True in the task of Faust's fetch loop (set by `Consumer.getmany`); a context variable, so
+#: the tasks recovery runs its seeks in (mode's ``wait_first`` makes new ones) never see it.
+IN_FETCH_LOOP: ContextVar[bool] = ContextVar("streamapp_in_fetch_loop", default=False)
 
 
 class ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
@@ -124,7 +129,6 @@ class Consumer(faust_aiokafka.Consumer):
         # Stream partitions Faust's recovery resumed before the seek that must precede them.
         self._streams_await_seek = False
         self._resume_after_seek: set[TP] = set()
-        self._resume_asked_by: asyncio.Task[Any] | None = None
         self._refusals_logged: set[tuple[TP, int]] = set()
         self._handing_out.set()
         self._commit_lock = asyncio.Lock()
@@ -157,28 +161,31 @@ class Consumer(faust_aiokafka.Consumer):
         if self._streams_await_seek:
             changelogs = self.app.tables.changelog_topics
             held = {tp for tp in tps if tp.topic not in changelogs}
-            if held:
-                self._resume_after_seek |= held
-                self._resume_asked_by = asyncio.current_task()
+            self._resume_after_seek |= held
             tps -= held
         super().resume_partitions(tps)
 
+    async def getmany(self, timeout: float) -> AsyncIterator[tuple[TP, Message]]:
+        # Marks the fetch loop's task, for perform_seek (only Faust's fetch loop calls this).
+        IN_FETCH_LOOP.set(True)
+        async for tp, message in super().getmany(timeout):
+            yield tp, message
+
     async def perform_seek(self) -> None:
-        # Only the seek of the code that asked for the resume, which starts after it, releases
-        # those partitions. Faust's fetch loop seeks too, from its own task, whenever it fetched
-        # while the flow was stopped; were its seek to release them (it may run between the
-        # resume and recovery's seek), records would flow while recovery's seek then moved every
-        # partition back under them. Faust's gap detection took the offsets the seek had moved
-        # back over for gaps and acked them, and a record fetched before the seek and handed out
-        # after it could pass records never handed out: acked, committed, never processed.
-        held = self._resume_after_seek if self._resume_asked_by is asyncio.current_task() else set()
+        # Only recovery's seek, which starts after recovery asked for the resume, releases
+        # those partitions. Faust's fetch loop seeks too, whenever it fetched while the flow was
+        # stopped; were its seek to release them (it may run between recovery's resume and
+        # recovery's seek), records would flow while recovery's seek then moved every partition
+        # back under them. Faust's gap detection took the offsets the seek moved back over for
+        # gaps and acked them, and a record fetched before the seek and handed out after it
+        # could pass records never handed out: acked, committed, never processed.
+        held = set() if IN_FETCH_LOOP.get() else self._resume_after_seek
         try:
             await super().perform_seek()
         finally:
             if held:
                 self._streams_await_seek = False
                 self._resume_after_seek = set()
-                self._resume_asked_by = None
                 super().resume_partitions(held & self.assignment())
 
     def _admit(self, message: Message) -> bool:
@@ -245,7 +252,6 @@ class Consumer(faust_aiokafka.Consumer):
     async def on_partitions_assigned(self, assigned: set[TP], generation_id: int = 0) -> None:
         self._streams_await_seek = True
         self._resume_after_seek = set()
-        self._resume_asked_by = None
         self._handing_out.set()
         await super().on_partitions_assigned(assigned, generation_id)
 

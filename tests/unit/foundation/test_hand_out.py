@@ -11,7 +11,7 @@ import pytest
 from faust.types import TP
 
 from streamapp.hand_out import HandOutLedger, Refusal
-from streamapp.transport import Consumer
+from streamapp.transport import IN_FETCH_LOOP, Consumer
 
 IMPRESSIONS = TP("impressions", 3)
 CLICKS = TP("clicks", 3)
@@ -106,7 +106,6 @@ def _recovering_consumer() -> Any:
     consumer.assignment = lambda: {STREAM, CHANGELOG}
     consumer._streams_await_seek = True
     consumer._resume_after_seek = set()
-    consumer._resume_asked_by = None
     active_at_seek: list[set[TP]] = []
 
     async def seek_to_committed() -> dict[TP, int]:
@@ -156,8 +155,14 @@ async def test_a_seek_from_another_task_after_the_resume_does_not_release_it() -
     # moved every partition back under them (offsets taken for gaps, acked unprocessed).
     consumer = _recovering_consumer()
     consumer.resume_partitions({STREAM})
-    await asyncio.create_task(consumer.perform_seek())  # the fetch loop's seek
+
+    async def fetch_loop_seek() -> None:
+        IN_FETCH_LOOP.set(True)  # as Consumer.getmany marks the fetch loop's task
+        await consumer.perform_seek()
+
+    await asyncio.create_task(fetch_loop_seek())
     assert STREAM not in consumer._active_partitions
-    await consumer.perform_seek()  # recovery's, from the task that asked for the resume
+    # Recovery's seek, in a task of its own as mode's wait_first runs it.
+    await asyncio.create_task(consumer.perform_seek())
     assert STREAM in consumer._active_partitions
     assert consumer.active_at_seek == [set(), set()]
