@@ -18,9 +18,10 @@ store that is missing records its offsets claim (updates lost: issue 11):
    changelog, are buffered, and are written later, over values the agents wrote since.
 
 Kafka Streams keeps its checkpoint strictly behind the data it covers. The same rule here: before
-stream processing resumes, every buffered record is written to its store and every active
-changelog partition is paused; offsets kept for partitions that are no longer standbys here are
-dropped (Faust left them, and reported a promoted partition as a standby still).
+stream processing resumes, every buffered record is written to its store and the actives'
+changelog partitions are paused (but for those Faust keeps reading: see
+`Recovery.on_recovery_completed`). Offsets kept for partitions that are no longer standbys here
+are dropped (Faust left them, and reported a promoted partition as a standby still).
 """
 
 from __future__ import annotations
@@ -45,8 +46,12 @@ class Recovery(FaustRecovery):
     async def on_recovery_completed(self, generation_id: int = 0) -> None:
         # Runs before the stream partitions resume (Faust resumes them in this method).
         self.flush_buffers()
-        if self.active_tps:
-            self.app.consumer.pause_partitions(self.active_tps)
+        # Faust keeps reading the actives of a table whose recovery buffer holds one record
+        # (its advice for global tables, which every worker writes): each record is stored as
+        # it is taken, and other workers' writes must keep arriving.
+        done = {tp for tp in self.active_tps if self.tp_to_table[tp].recovery_buffer_size != 1}
+        if done:
+            self.app.consumer.pause_partitions(done)
         await super().on_recovery_completed(generation_id)
 
 
