@@ -11,6 +11,7 @@ from faust.types import ProducerT, TransportT
 from mode.utils.futures import stampede
 
 from streamapp import assignment_wiring, transport
+from streamapp.bad_records import BadRecordPolicy, BadRecords
 from streamapp.settings import StreamappSettings
 from tables import clean_shutdown
 
@@ -25,9 +26,13 @@ class App(faust.App):
     ``create_source_topics=True`` lets ``streamapp worker`` create the source topics its
     agents consume, from their declared partition counts, when they are missing (see
     `streamapp.topic_check`); by default a missing one refuses the start.
+    ``bad_record_policy`` (``"skip"``, ``"dead-letter"`` or ``"fail"``) says what a record
+    that cannot be decoded, or whose processing raises, does; dead letters go to
+    ``dead_letter_topic``, by default ``<id>-dead-letters`` (see `streamapp.bad_records`).
     """
 
     streamapp_settings: StreamappSettings
+    streamapp_bad_records: BadRecords
 
     def __init__(
         self,
@@ -39,6 +44,8 @@ class App(faust.App):
         probing_rebalance_interval_s: float = 30.0,
         capacity: int = 1,
         create_source_topics: bool = False,
+        bad_record_policy: BadRecordPolicy | str = BadRecordPolicy.SKIP,
+        dead_letter_topic: str | None = None,
         **options: Any,
     ) -> None:
         settings = StreamappSettings(
@@ -48,6 +55,9 @@ class App(faust.App):
             max_warmup_replicas=max_warmup_replicas,
             probing_rebalance_interval_s=probing_rebalance_interval_s,
             create_source_topics=create_source_topics,
+            # A name is checked and turned into the enum by StreamappSettings.
+            bad_record_policy=bad_record_policy,  # type: ignore[arg-type]
+            dead_letter_topic=dead_letter_topic,
         ).with_env()
         self.streamapp_settings = settings
         options.setdefault("store", "rocksdb://")
@@ -59,7 +69,11 @@ class App(faust.App):
         options.setdefault("TableManager", "tables.recovery:TableManager")
         # Records of a fetch in timestamp order across partitions (see streamapp.scheduling).
         options.setdefault("ConsumerScheduler", "streamapp.scheduling:TimestampOrderScheduling")
+        # Records that do not decode, or make an agent raise, meet bad_record_policy.
+        options.setdefault("Topic", "streamapp.bad_records:Topic")
+        options.setdefault("Agent", "streamapp.bad_records:Agent")
         super().__init__(id, **options)
+        self.streamapp_bad_records = BadRecords(self)
         assignment_wiring.install(self)
 
     async def maybe_start_producer(self) -> ProducerT:

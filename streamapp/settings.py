@@ -13,6 +13,9 @@ import os
 import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
+from enum import Enum
+
+from streamapp.bad_records import BadRecordPolicy
 
 ENV_PREFIX = "STREAMAPP_"
 
@@ -34,8 +37,26 @@ class StreamappSettings:
     # Off by default, as Kafka Streams has it: a missing source topic is more often a typo or
     # a wrong cluster than a topic nobody made yet, and a topic created by mistake stays.
     create_source_topics: bool = False
+    # What a record that cannot be decoded, or whose processing raises, does (see
+    # streamapp.bad_records). Skip by default, not Kafka Streams' fail: under Faust, failing
+    # crashes the agent, which restarts after a pause and goes on after the record anyway.
+    bad_record_policy: BadRecordPolicy = BadRecordPolicy.SKIP
+    # The topic dead letters go to; None for "<app id>-dead-letters".
+    dead_letter_topic: str | None = None
 
     def __post_init__(self) -> None:
+        if not isinstance(self.bad_record_policy, BadRecordPolicy):
+            # `App(bad_record_policy="dead-letter")` passes the name.
+            try:
+                policy = BadRecordPolicy(self.bad_record_policy)
+            except ValueError:
+                raise SettingsError(
+                    f"bad_record_policy must be one of {', '.join(BadRecordPolicy)}, "
+                    f"got {self.bad_record_policy!r}"
+                ) from None
+            object.__setattr__(self, "bad_record_policy", policy)
+        if self.dead_letter_topic is not None and not self.dead_letter_topic.strip():
+            raise SettingsError("dead_letter_topic must not be empty")
         if self.capacity < 1:
             raise SettingsError(f"capacity must be at least 1, got {self.capacity}")
         for name in ("num_standby_replicas", "acceptable_recovery_lag", "max_warmup_replicas"):
@@ -58,8 +79,13 @@ class StreamappSettings:
             try:
                 changes[name] = convert(raw)
             except ValueError:
+                choices = (
+                    f" (one of {', '.join(convert)})"
+                    if isinstance(convert, type) and issubclass(convert, Enum)
+                    else ""
+                )
                 raise SettingsError(
-                    f"{ENV_PREFIX}{name.upper()}={raw!r} is not a valid {convert.__name__}"
+                    f"{ENV_PREFIX}{name.upper()}={raw!r} is not a valid {convert.__name__}{choices}"
                 ) from None
         return replace(self, **changes)  # type: ignore[arg-type]
 
@@ -93,4 +119,6 @@ _CONVERTERS: dict[str, Callable[[str], object]] = {
     "max_warmup_replicas": int,
     "probing_rebalance_interval_s": float,
     "create_source_topics": boolean,
+    "bad_record_policy": BadRecordPolicy,
+    "dead_letter_topic": str,
 }
