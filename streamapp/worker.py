@@ -3,7 +3,7 @@
 Faust reads its broker, data dir and web port from environment variables when the app's
 settings are first used, and explicit values in the user's code do not override them; so the
 options are turned into those variables before the app module is imported. streamapp's own
-settings (client id, host, rack, capacity) go onto ``app.streamapp_settings``.
+settings (client id, host, rack, capacity, bad-record policy) go onto ``app.streamapp_settings``.
 
 Before Faust starts, every option that can be checked is checked, so that a bad one is
 refused with one line naming it and exit status 2 rather than a traceback or a worker that
@@ -13,7 +13,8 @@ the web port free on its host, and at least one bootstrap address of the broker 
 a TCP connection. Then the broker is asked whether the app's consumer group runs another
 assignor, and whether the source topics its agents consume exist with the partition counts
 its tables need (`streamapp.topic_check`): a missing or mis-sized topic is refused here,
-by every worker alike, instead of crashing each of them into a loop once Faust runs.
+by every worker alike, instead of crashing each of them into a loop once Faust runs. Under
+the dead-letter bad-record policy, the dead-letter topic is created if it is missing.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from pathlib import Path
 import faust
 from yarl import URL
 
+from streamapp.bad_records import BadRecordPolicy
 from streamapp.settings import SettingsError, StreamappSettings
 from tables.data_dir_lock import DataDirInUse, DataDirLock, lock_data_dir
 from tables.identity import ClientIdError, load_or_create_client_id
@@ -81,6 +83,13 @@ def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
         help="create missing source topics with the partition counts the app declares "
         "(default: the app's create_source_topics, off; a missing source topic then "
         "refuses the start, naming the `streamapp topics create` command)",
+    )
+    parser.add_argument(
+        "--bad-record-policy",
+        choices=[policy.value for policy in BadRecordPolicy],
+        help="what a record that cannot be decoded, or whose processing raises, does: "
+        "skip it with a warning, send it to the dead-letter topic, or fail (Faust's way: "
+        "the agent crashes and restarts) (default: the app's bad_record_policy, skip)",
     )
     parser.add_argument(
         "-l",
@@ -296,7 +305,12 @@ def prepare_worker(args: argparse.Namespace) -> faust.App:
         os.environ["WEB_PORT"] = str(args.web_port)
     os.environ["WEB_BIND"] = args.web_host
     os.environ["WEB_HOST"] = args.web_host
-    for option, name in (("host", "HOST"), ("rack", "RACK"), ("capacity", "CAPACITY")):
+    for option, name in (
+        ("host", "HOST"),
+        ("rack", "RACK"),
+        ("capacity", "CAPACITY"),
+        ("bad_record_policy", "BAD_RECORD_POLICY"),
+    ):
         value = getattr(args, option)
         if value is not None:
             os.environ[f"STREAMAPP_{name}"] = str(value)
@@ -384,6 +398,44 @@ def check_topics(app: faust.App, args: argparse.Namespace) -> None:
         )
 
 
+def check_dead_letter_topic(app: faust.App) -> None:
+    """Under the dead-letter policy, create its topic now if it is missing.
+
+    Faust would create it at the first dead letter (one partition, the app's
+    ``topic_replication_factor``), as `streamapp.bad_records` asks it to; here, a broker that
+    refuses is one line and exit 2, not a worker that crashes on its first bad record.
+    """
+    from streamapp import topic_check
+    from streamapp.bad_records import bad_records_of
+
+    handler = bad_records_of(app)
+    if handler is None or handler.policy is not BadRecordPolicy.DEAD_LETTER:
+        return
+    name = handler.dead_letter_topic_name
+    replicas = app.conf.topic_replication_factor
+    bootstrap = app_bootstrap(app)
+
+    async def ensure() -> bool:
+        if name in await topic_check.read_partition_counts(bootstrap, [name]):
+            return False
+        made = await topic_check.create_topics(
+            bootstrap, [topic_check.SourceTopic(name, partitions=1, replicas=replicas)]
+        )
+        return bool(made.created)
+
+    try:
+        created = asyncio.run(ensure())
+    except topic_check.TopicCheckError as exc:
+        raise WorkerSetupError(f"dead-letter topic {name}: {exc}") from None
+    if created:
+        print(
+            f"streamapp worker: created dead-letter topic {name} "
+            f"(1 partition, replication factor {replicas})",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
 def run_worker(args: argparse.Namespace) -> int:
     """Run the worker until it is stopped; returns the process exit status."""
     try:
@@ -391,6 +443,7 @@ def run_worker(args: argparse.Namespace) -> int:
         check_worker_environment(app, args)
         check_group_protocol(app)
         check_topics(app, args)
+        check_dead_letter_topic(app)
     except WorkerSetupError as exc:
         message = " ".join(str(exc).split())  # one line, whatever a cause's text held
         print(f"streamapp worker: {message}", file=sys.stderr)
