@@ -7,6 +7,7 @@ from typing import Any
 from faust.web import Request, Response, View
 
 from standby.runtime import ReplicaRuntime, by_topic
+from streamapp.bad_records import bad_records_of
 
 
 def assignment_view(app: Any) -> dict[str, Any]:
@@ -15,6 +16,7 @@ def assignment_view(app: Any) -> dict[str, Any]:
     settings = app.streamapp_settings
     share = runtime.share
     member_id, generation = runtime.member()
+    bad_records = bad_records_of(app)
     lag: dict[str, dict[str, int]] = {}
     for tp, records in sorted(runtime.replica_lag.items()):
         lag.setdefault(tp.topic, {})[str(tp.partition)] = records
@@ -34,6 +36,9 @@ def assignment_view(app: Any) -> dict[str, Any]:
         "followup_pending": runtime.followup.pending,
         "replica_lag": lag,
         "history": list(runtime.history),
+        # Per source topic, the records this worker skipped or dead-lettered since it started
+        # (streamapp.bad_records); empty under an app that is not a streamapp.App.
+        "bad_records": bad_records.counts.as_json() if bad_records is not None else {},
     }
 
 
