@@ -23,7 +23,10 @@
 5. Stream partitions resume after the seek to their committed offsets, not before it (see
    ``Consumer.resume_partitions``), and within one generation a stream record is handed to the
    streams once (see ``streamapp.hand_out``): a record fetched again is dropped instead of
-   processed twice.
+   processed twice. Only recovery's seek resumes them, never the fetch loop's.
+
+6. A changelog record fetched under a previous generation is dropped, not handed to table
+   recovery (see ``tables.recovery``).
 """
 
 from __future__ import annotations
@@ -146,6 +149,11 @@ class Consumer(faust_aiokafka.Consumer):
                     # waits for them.
                     message.tracked = True
                     self.track_message(message)
+            elif message.generation_id != self.app.consumer_generation_id:
+                # A changelog record fetched under the previous assignment: table recovery
+                # counts what it takes without asking which generation fetched it, and seeks
+                # every changelog partition it keeps afresh (see tables.recovery, path 3).
+                return
             await hand_out(message)
 
         # Faust's fetch loop hands every record to this callback (the conductor's on_message).

@@ -17,6 +17,16 @@ store that is missing records its offsets claim (updates lost: issue 11):
    pauses actives only after a replay). The worker's own table writes come back from the
    changelog, are buffered, and are written later, over values the agents wrote since.
 
+3. The changelog queue emptied under a replica that is reading. Faust's table manager creates
+   the queue ``clear_on_resume``, and every ``app.flow_control.resume()`` (recovery calls it
+   as standbys start and again as streams resume, a restarted agent calls it too) drops what
+   the queue holds. Records a standby (or warmup) had fetched were dropped uncounted, the ones
+   fetched next were applied, and the standby's offset passed the dropped ones for good: a
+   fresh standby promoted later held a few hundred of its thousand records. The queue is now
+   emptied only at a revocation, when what it holds belongs to the old assignment and every
+   changelog partition is sought afresh; records fetched under an earlier generation are
+   dropped as they arrive (`streamapp.transport.Consumer`).
+
 Kafka Streams keeps its checkpoint strictly behind the data it covers. The same rule here: before
 stream processing resumes, every buffered record is written to its store and the actives'
 changelog partitions are paused (but for those Faust keeps reading: see
@@ -26,12 +36,20 @@ are dropped (Faust left them, and reported a promoted partition as a standby sti
 
 from __future__ import annotations
 
+from typing import Any
+
 from faust.tables.manager import TableManager as FaustTableManager
 from faust.tables.recovery import Recovery as FaustRecovery
 from faust.types import TP
+from mode.utils.queues import ThrowableQueue
 
 
 class Recovery(FaustRecovery):
+    def on_partitions_revoked(self, revoked: set[TP]) -> None:
+        super().on_partitions_revoked(revoked)  # writes the buffers
+        # Unprocessed, so uncounted: the next assignment's seeks fetch them again.
+        self.tables.changelog_queue.clear()
+
     async def on_rebalance(
         self,
         assigned: set[TP],
@@ -57,6 +75,15 @@ class Recovery(FaustRecovery):
 
 class TableManager(FaustTableManager):
     """Faust's table manager, recovering through `Recovery` (set as ``TableManager``)."""
+
+    @property
+    def changelog_queue(self) -> ThrowableQueue[Any]:
+        # Faust's, but not cleared on every flow resume (see the module docs, path 3).
+        if self._changelog_queue is None:
+            self._changelog_queue = self.app.FlowControlQueue(
+                maxsize=self.app.conf.stream_buffer_maxsize, clear_on_resume=False
+            )
+        return self._changelog_queue
 
     @property
     def recovery(self) -> Recovery:
