@@ -127,6 +127,9 @@ def import_app(spec: str) -> faust.App:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise WorkerSetupError(f"-A {spec!r}: cannot import {module_name!r}: {exc}") from exc
+    except SettingsError as exc:
+        # streamapp.App reads STREAMAPP_* variables as the module creates it.
+        raise WorkerSetupError(f"-A {spec!r}: {exc}") from None
     app = getattr(module, attribute, None)
     if not isinstance(app, faust.App):
         raise WorkerSetupError(f"-A {spec!r}: {attribute!r} in {module_name} is not a faust.App")

@@ -32,7 +32,7 @@ from streamapp.bad_records import (
 )
 from streamapp.settings import SettingsError, StreamappSettings
 from streamapp.web import assignment_view
-from streamapp.worker import add_worker_arguments
+from streamapp.worker import WorkerSetupError, add_worker_arguments, import_app
 
 # -- the setting --
 
@@ -74,6 +74,20 @@ def test_worker_option_takes_the_three_policies() -> None:
     assert parser.parse_args(["-A", "m:app"]).bad_record_policy is None
     with pytest.raises(SystemExit):
         parser.parse_args(["-A", "m:app", "--bad-record-policy", "ignore"])
+
+
+def test_a_bad_policy_in_the_environment_is_one_line_for_the_worker(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    (tmp_path / "bad_policy_env_app.py").write_text("from streamapp import App\napp = App('x')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("STREAMAPP_BAD_RECORD_POLICY", "drop")
+    with pytest.raises(WorkerSetupError) as refused:
+        import_app("bad_policy_env_app:app")
+    assert str(refused.value) == (
+        "-A 'bad_policy_env_app:app': STREAMAPP_BAD_RECORD_POLICY='drop' is not a valid "
+        "BadRecordPolicy (one of skip, dead-letter, fail)"
+    )
 
 
 # -- the pure part --
