@@ -1,0 +1,133 @@
+"""Where `tables.damaged` meets Faust's rocksdb ``Store``: close a partition's store, set it aside.
+
+Faust's store keeps one open rocksdict handle per partition in ``Store._dbs`` and opens a missing
+one on first use, creating an empty store. So a store set aside while the worker runs must first
+leave ``_dbs`` and be closed (RocksDB holds its directory's ``LOCK``); the next use then creates
+a fresh store, which recovery fills from the changelog.
+
+Faust private names touched here, each because no public API does the job:
+
+- ``faust.stores.rocksdb.Store._dbs``: the open handles (which partition is open; closing one).
+- ``faust.stores.rocksdb.Store._key_index``: its key -> partition cache; entries of a
+  set-aside store would send reads to a partition it no longer has.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from faust.stores.rocksdb import Store as RocksDBStore
+from faust.types import TP
+from faust.types.tables import CollectionT
+
+from tables.damaged import beyond_partition_count, move_aside, unreadable_because
+from tables.inventory import STORE_NAME
+
+logger = logging.getLogger(__name__)
+
+# Instance attributes, so checked among the names Store.__init__ assigns: a faust that renamed
+# them fails at import, not in the middle of a recovery.
+if not {"_dbs", "_key_index"} <= set(RocksDBStore.__init__.__code__.co_names):
+    raise ImportError("faust.stores.rocksdb.Store no longer has _dbs and _key_index")
+
+
+def rocksdb_store(table: CollectionT) -> RocksDBStore | None:
+    """The table's store when it is Faust's rocksdb store (a memory store has nothing on disk)."""
+    # `data` is on Faust's Collection, not on the CollectionT interface.
+    store = table.data  # type: ignore[attr-defined]
+    return store if isinstance(store, RocksDBStore) else None
+
+
+def changelog_topic(table: CollectionT) -> str:
+    return table.changelog_topic.get_topic_name()
+
+
+def close_and_move_aside(table: CollectionT, partition: int) -> Path | None:
+    """Close the table's store of ``partition`` if it is open, and move it into ``damaged/``.
+
+    Returns where it went; None when there was no store on disk to move.
+    """
+    store = rocksdb_store(table)
+    if store is None:
+        return None
+    db: Any = store._dbs.pop(partition, None)  # Faust private: see the module docs
+    # A cache only: emptied whole, it costs a lookup per key, never a wrong answer.
+    store._key_index.clear()  # Faust private: see the module docs
+    if db is not None:
+        db.close()
+        del db
+    path = store.partition_path(partition)
+    if not path.exists():
+        return None
+    return move_aside(path)
+
+
+def set_aside_unreadable(table: CollectionT, tps: Iterable[TP]) -> list[Path]:
+    """Before Faust opens the stores of ``tps`` (an assignment): the unreadable ones go aside.
+
+    Stores open already are left alone: their handles work whatever happened on disk since.
+    Faust would otherwise raise RocksDB's ``Corruption`` out of the rebalance.
+    """
+    store = rocksdb_store(table)
+    if store is None:
+        return []
+    topic = changelog_topic(table)
+    moved: list[Path] = []
+    for partition in sorted({tp.partition for tp in tps if tp.topic == topic}):
+        if partition in store._dbs:  # Faust private: see the module docs
+            continue
+        path = store.partition_path(partition)
+        error = unreadable_because(path) if path.is_dir() else None
+        if error is None:
+            continue
+        target = move_aside(path)
+        logger.warning(
+            "streamapp: local store of table %s partition %d is unreadable (%s): moved to %s; "
+            "it is restored from the changelog",
+            table.name,
+            partition,
+            error,
+            target,
+        )
+        moved.append(target)
+    return moved
+
+
+def set_aside_beyond_partition_count(table: CollectionT, partition_count: int | None) -> list[Path]:
+    """Stores of partitions the table's changelog no longer has go aside (one warning each).
+
+    Nobody is ever assigned such a partition, so its store is not open; left in place it would
+    be reported to the group as local state of a task that does not exist.
+    """
+    store = rocksdb_store(table)
+    if store is None or partition_count is None:
+        return []
+    basename = str(store.basename)
+    moved: list[Path] = []
+    tabledir = store.partition_path(0).parent
+    if not tabledir.is_dir():
+        return moved
+    for path in sorted(tabledir.iterdir()):
+        match = STORE_NAME.match(path.name)
+        if match is None or match["table"] != basename or not path.is_dir():
+            continue
+        partition = int(match["partition"])
+        if not beyond_partition_count(partition, partition_count):
+            continue
+        if partition in store._dbs:  # Faust private: see the module docs
+            continue
+        target = move_aside(path)
+        logger.warning(
+            "streamapp: local store of table %s partition %d is beyond the %d partitions of "
+            "its changelog %s: moved to %s",
+            table.name,
+            partition,
+            partition_count,
+            changelog_topic(table),
+            target,
+        )
+        moved.append(target)
+    return moved
