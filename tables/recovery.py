@@ -32,16 +32,37 @@ stream processing resumes, every buffered record is written to its store and the
 changelog partitions are paused (but for those Faust keeps reading: see
 `Recovery.on_recovery_completed`). Offsets kept for partitions that are no longer standbys here
 are dropped (Faust left them, and reported a promoted partition as a standby still).
+
+Damaged local state (`tables.damaged`) is set aside before Faust trips on it, and recovery
+rebuilds it from the changelog: a store that cannot be opened, before Faust opens it at an
+assignment (`TableManager.on_rebalance`); a store whose persisted offset lies beyond its
+changelog's end, as after the topic was deleted and recreated, before Faust's consistency check
+raises ``ConsistencyError`` (`Recovery._build_offsets`); a store of a partition the changelog no
+longer has.
 """
 
 from __future__ import annotations
 
+import logging
+from collections import Counter
+from collections.abc import Mapping
 from typing import Any
 
 from faust.tables.manager import TableManager as FaustTableManager
 from faust.tables.recovery import Recovery as FaustRecovery
 from faust.types import TP
+from faust.types.transports import ConsumerT
 from mode.utils.queues import ThrowableQueue
+
+from tables import store_guard
+from tables.damaged import offset_beyond_end
+
+logger = logging.getLogger(__name__)
+
+# Faust private: the step of `Recovery._restart_recovery` that seeds where each partition's
+# replay starts, run after the actives' highwaters are known and before the consistency check.
+if not callable(getattr(FaustRecovery, "_build_offsets", None)):
+    raise ImportError("faust.tables.recovery.Recovery no longer has _build_offsets")
 
 
 class Recovery(FaustRecovery):
@@ -72,9 +93,62 @@ class Recovery(FaustRecovery):
             self.app.consumer.pause_partitions(done)
         await super().on_recovery_completed(generation_id)
 
+    async def _build_offsets(
+        self, consumer: ConsumerT, tps: set[TP], destination: Counter[TP], title: str
+    ) -> None:
+        # Faust's (private, see the import check), once stores that claim more than their
+        # changelog holds are set aside: their offsets are in ``destination`` (from
+        # `add_active` / `add_standby`), and replay then starts at the log's start.
+        if tps:
+            if title == "active":
+                # The very numbers Faust's consistency check compares against, built just now.
+                highwaters: Mapping[TP, int] = self.active_highwaters
+            else:
+                # Faust builds the standbys' only after seeking them; the end only grows, so
+                # what is beyond it now would be beyond it then.
+                ends = await consumer.highwaters(*tps)
+                highwaters = {tp: end - 1 if end is not None else -1 for tp, end in ends.items()}
+            for tp in sorted(tps):
+                persisted = destination.get(tp)
+                if offset_beyond_end(persisted, highwaters.get(tp)):
+                    assert persisted is not None
+                    self._rebuild(tp, persisted, highwaters[tp])
+                    destination[tp] = None  # type: ignore[assignment]  # as Faust's own _add
+        await super()._build_offsets(consumer, tps, destination, title)
+
+    def _rebuild(self, tp: TP, persisted: int, highwater: int) -> None:
+        table = self.tp_to_table[tp]
+        target = store_guard.close_and_move_aside(table, tp.partition)
+        # In end offsets (the next offset to read), as the inventory reports them to the group.
+        logger.warning(
+            "streamapp: local store of table %s partition %d: changelog %s ends at %d but the "
+            "local store claims %d: rebuilt from the changelog (store moved to %s)",
+            table.name,
+            tp.partition,
+            tp.topic,
+            highwater + 1,
+            persisted + 1,
+            target,
+        )
+
 
 class TableManager(FaustTableManager):
     """Faust's table manager, recovering through `Recovery` (set as ``TableManager``)."""
+
+    async def on_rebalance(
+        self,
+        assigned: set[TP],
+        revoked: set[TP],
+        newly_assigned: set[TP],
+        generation_id: int = 0,
+    ) -> None:
+        # Before Faust opens the assigned stores (its tables' own on_rebalance), where a
+        # store that cannot be opened would raise RocksDB's Corruption out of the rebalance.
+        for table in self.values():
+            store_guard.set_aside_unreadable(table, assigned)
+            count = self.app.consumer.topic_partitions(store_guard.changelog_topic(table))
+            store_guard.set_aside_beyond_partition_count(table, count)
+        await super().on_rebalance(assigned, revoked, newly_assigned, generation_id)
 
     @property
     def changelog_queue(self) -> ThrowableQueue[Any]:
