@@ -13,7 +13,7 @@ from mode.utils.futures import stampede
 from streamapp import assignment_wiring, transport
 from streamapp.bad_records import BadRecordPolicy, BadRecords
 from streamapp.settings import StreamappSettings
-from tables import clean_shutdown
+from tables import clean_shutdown, damaged
 
 logger = logging.getLogger(__name__)
 
@@ -109,6 +109,11 @@ class App(faust.App):
             # Before any store is opened or reported to the group (see tables.clean_shutdown).
             clean_shutdown.begin_run(
                 Path(self.conf.tabledir), Path(self.conf.datadir), exactly_once=self.in_transaction
+            )
+            # Stores that cannot be opened go aside, to be restored from their changelogs,
+            # before Faust opens them and raises RocksDB's Corruption (see tables.damaged).
+            damaged.set_aside_unreadable(
+                Path(self.conf.tabledir), Path(self.conf.datadir), list(self.tables)
             )
 
     async def on_shutdown(self) -> None:
