@@ -27,6 +27,10 @@
 
 6. A changelog record fetched under a previous generation is dropped, not handed to table
    recovery (see ``tables.recovery``).
+
+7. Faust's livelock check skips a partition that has no position yet (awaiting an offset
+   reset) instead of crashing the worker on aiokafka's assertion (see
+   ``ConsumerThread.verify_event_path``).
 """
 
 from __future__ import annotations
@@ -109,6 +113,20 @@ class ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
         # end_offsets honours the consumer's isolation level: the LSO under read_committed.
         ends = await self._ensure_consumer().end_offsets(partitions)
         return {TP(tp.topic, tp.partition): offset for tp, offset in ends.items()}
+
+    def verify_event_path(self, now: float, tp: TP) -> None:
+        # Faust's livelock check reads each partition's position from aiokafka, whose
+        # ``TopicPartitionState.position`` asserts there is one: a partition awaiting an offset
+        # reset (newly assigned with nothing committed, or sent back to its beginning by
+        # `_seek_to_committed_or_reset`) has none for a moment, and the assertion crashed the
+        # worker. There is nothing to verify on such a partition yet.
+        subscription = self._ensure_consumer()._subscription.subscription
+        if subscription is None:
+            return None
+        state = subscription.assignment.state_value(aiokafka.TopicPartition(tp.topic, tp.partition))
+        if state is None or not state.has_valid_position:
+            return None
+        return super().verify_event_path(now, tp)
 
 
 class Consumer(faust_aiokafka.Consumer):
