@@ -1,13 +1,19 @@
 """Between the group protocol and `assignor.plan`: member metadata in, per-member shares out.
 
 Pure translation, no decisions: which member gets what is `assignor.plan`'s alone. The leader's
-adapter gathers the facts (partition counts from the cluster, each member's decoded metadata)
-and hands them here; the result comes back as one `MemberAssignment` per member.
+adapter gathers the facts (partition counts from the cluster, each member's decoded metadata,
+the changelog end offsets the broker gave) and hands them here; the result comes back as one
+`MemberAssignment` per member.
+
+Members' metadata is what they say, not what is so. Before it becomes a scenario, what the
+leader can check is checked (`check_facts`): an offset above the broker's end of its changelog
+is cut down to that end (or does not count, once found false), claims made at a generation the
+group never had are dropped, and a member caught in both is left out.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -29,6 +35,106 @@ class GroupSettings:
     max_warmup_replicas: int
 
 
+#: changelog topic -> partition -> offset
+TopicOffsets = Mapping[str, Mapping[int, int]]
+
+
+@dataclass(frozen=True)
+class CheckedFacts:
+    """The members as the leader can vouch for them, and what it had to correct on the way."""
+
+    #: The facts to plan with: offsets at most the broker's end, no claims above the group's
+    #: generation; members in ``refused`` are not here.
+    members: dict[str, MemberFacts]
+    #: member id -> topic -> partition -> the offset it reported above the broker's end
+    #: (``members`` carries the end instead, or no offset if it is in ``offsets_not_counted``).
+    offsets_beyond_end: dict[str, dict[str, dict[int, int]]]
+    #: member id -> the generation it claimed, above every one the group has had (its
+    #: ``owned_*`` claims are left out of ``members``).
+    claims_above_generation: dict[str, int]
+    #: member id -> topic -> partitions whose reported offset is known to be false (it stayed
+    #: above the broker's end): no local state counts there for it, and none of its claims.
+    offsets_not_counted: dict[str, dict[str, list[int]]]
+    #: Members caught in both lies: a generation the group never had, and offsets the broker
+    #: does not have. Nothing they said holds; they get no work.
+    refused: frozenset[str]
+
+    @property
+    def offsets_beyond_end_count(self) -> int:
+        """Member-reported partition offsets above the broker's end (as the leader knew it)."""
+        return sum(len(ps) for topics in self.offsets_beyond_end.values() for ps in topics.values())
+
+
+def check_facts(
+    members: Mapping[str, MemberFacts],
+    *,
+    broker_ends: TopicOffsets,
+    group_generation: int | None,
+    false_offsets: Mapping[str, Collection[tuple[str, int]]] | None = None,
+) -> CheckedFacts:
+    """Each member's metadata, held against what the leader knows from elsewhere.
+
+    ``broker_ends``: changelog end offsets the broker gave, read a little before this rebalance
+    (partitions it has not given yet are left as the members report them). A member cannot have
+    applied records its changelog does not have, so an offset above the end is cut down to the
+    end: it is "caught up", never more. (An honest member can be above the end as last read,
+    by what it wrote since; whether a report was false is known only later, from ends read
+    again: ``false_offsets``, member -> (topic, partition) pairs found false, which count as no
+    local state at all while the member reports them above the end, and its claims are dropped.)
+
+    ``group_generation``: the highest generation the leader has seen for this group (``None``:
+    none yet, every claim counts). A claim above it was made in no plan of this group: the
+    member's ``owned_active`` and ``owned_standby`` are dropped, as stale claims are, and what
+    it has on disk (its offsets) still counts.
+
+    A member caught in both at once, a generation above the group's and an offset above the
+    broker's end, is `refused`: no honest member of this group's history says either (a member
+    that wrote since the ends were read has a generation of this group).
+    """
+    checked: dict[str, MemberFacts] = {}
+    beyond: dict[str, dict[str, dict[int, int]]] = {}
+    above: dict[str, int] = {}
+    not_counted: dict[str, dict[str, list[int]]] = {}
+    refused: set[str] = set()
+    known_false = false_offsets or {}
+    for member_id, facts in members.items():
+        meta = facts.metadata
+        if meta is None:
+            checked[member_id] = facts
+            continue
+        false_here = set(known_false.get(member_id, ()))
+        offsets: dict[str, dict[int, int]] = {}
+        for topic, parts in meta.offsets.items():
+            ends = broker_ends.get(topic, {})
+            kept: dict[int, int] = {}
+            for p, offset in sorted(parts.items()):
+                end = ends.get(p)
+                if end is None or offset <= end:
+                    kept[p] = offset
+                    continue
+                beyond.setdefault(member_id, {}).setdefault(topic, {})[p] = offset
+                if (topic, p) in false_here:
+                    not_counted.setdefault(member_id, {}).setdefault(topic, []).append(p)
+                else:
+                    kept[p] = end
+            if kept:
+                offsets[topic] = kept
+        if member_id in beyond:
+            meta = replace(meta, offsets=offsets)
+        if member_id in not_counted:
+            # An owner's store is where its changelog's records come from: one that claims a
+            # task while its state is false holds it only to sit on it.
+            meta = replace(meta, owned_active={}, owned_standby={})
+        if group_generation is not None and meta.generation > group_generation:
+            above[member_id] = meta.generation
+            if member_id in beyond:
+                refused.add(member_id)
+                continue
+            meta = replace(meta, generation=-1, owned_active={}, owned_standby={})
+        checked[member_id] = facts if meta is facts.metadata else replace(facts, metadata=meta)
+    return CheckedFacts(checked, beyond, above, not_counted, frozenset(refused))
+
+
 def next_generation(members: Iterable[MemberFacts]) -> int:
     """The generation this plan's claims will carry: newer than every claim it was given."""
     return 1 + max((max(0, m.metadata.generation) for m in members if m.metadata), default=0)
@@ -40,13 +146,17 @@ def build_scenario(
     changelog_topics: Iterable[str],
     members: Mapping[str, MemberFacts],
     settings: GroupSettings,
+    broker_ends: TopicOffsets | None = None,
 ) -> dict[str, Any]:
-    """The plan.md scenario for this group; ``topics`` holds only topics that exist."""
+    """The plan.md scenario for this group; ``topics`` holds only topics that exist.
+
+    ``members`` should have been through `check_facts` with the same ``broker_ends``.
+    """
     changelogs = sorted(t for t in set(changelog_topics) if t in topics)
     return {
         "topics": dict(sorted(topics.items())),
         "changelog_topics": changelogs,
-        "end_offsets": _end_offsets(changelogs, members.values()),
+        "end_offsets": _end_offsets(changelogs, members.values(), broker_ends or {}),
         "num_standbys": settings.num_standbys,
         "acceptable_recovery_lag": settings.acceptable_recovery_lag,
         "max_warmup_replicas": settings.max_warmup_replicas,
@@ -56,11 +166,16 @@ def build_scenario(
     }
 
 
-def _end_offsets(changelogs: Sequence[str], members: Iterable[MemberFacts]) -> dict[str, Any]:
-    """Each changelog partition's end: the furthest any member saw or applied.
+def _end_offsets(
+    changelogs: Sequence[str], members: Iterable[MemberFacts], broker_ends: TopicOffsets
+) -> dict[str, Any]:
+    """Each changelog partition's end: the broker's, where the leader has it.
 
-    A replica's last seen end covers a crashed active's writes that no member applied; an
-    active's own applied offset covers the writes since its replicas last looked.
+    Where it has none yet (a leader that has just started), the furthest any member saw or
+    applied stands in: a replica's last seen end covers a crashed active's writes that no member
+    applied; an active's own applied offset covers the writes since its replicas last looked.
+    Members' word is taken only there: one member's wrong end would make every other member
+    look behind, and parked warmups could never catch up.
     """
     wanted = set(changelogs)
     end: dict[str, dict[int, int]] = {}
@@ -76,6 +191,9 @@ def _end_offsets(changelogs: Sequence[str], members: Iterable[MemberFacts]) -> d
                 for p, offset in parts.items():
                     if offset > by_partition.get(p, -1):
                         by_partition[p] = offset
+    for topic, parts in broker_ends.items():
+        if topic in wanted:
+            end.setdefault(topic, {}).update(parts)
     return {t: {str(p): o for p, o in sorted(ps.items())} for t, ps in sorted(end.items())}
 
 
