@@ -1,15 +1,25 @@
 """The runtime life of replicas on one worker: lag, readiness, follow-up rebalances, recovery cost.
 
 Faust's recovery does the replaying (standbys and warmups are handed to it as standby changelog
-partitions); this watches it. Every tick it reads how far each replica got (Faust's
-``Recovery.standby_offsets``) against the changelogs' end offsets, logs restore progress, and,
-when the plan asked for a follow-up rebalance and the scheduler says it is time, asks the group
-to rebalance (aiokafka's ``GroupCoordinator.request_rejoin``, on the consumer's own thread).
+partitions); this watches it. Every tick it reads the end offsets of every changelog partition
+of the app's tables from the broker, measures how far each replica got (Faust's
+``Recovery.standby_offsets``) against them, logs restore progress, and, when the plan asked for
+a follow-up rebalance and the scheduler says it is time, asks the group to rebalance (aiokafka's
+``GroupCoordinator.request_rejoin``, on the consumer's own thread).
+
+The end offsets are also what the group leader plans with (`changelog_ends`): its ``assign()``
+runs synchronously on aiokafka's consumer thread, inside the rebalance, and cannot ask the
+broker itself. And the leader hands back the offsets members reported above those ends
+(`note_offsets_beyond_end`); a report the broker's end has still not reached a while later is
+false: the member is named, and its local state for those partitions stops counting
+(`false_offsets`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import threading
 import time
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
@@ -19,7 +29,7 @@ from faust.types import TP
 
 from assignor.metadata_codec import MemberAssignment
 from standby.followup import FollowupScheduler
-from standby.lag import Readiness, lags
+from standby.lag import FalseOffsets, OffsetReportCheck, Readiness, lags
 from standby.progress import ProgressMeter
 from standby.recovery_meter import RecoveryMeter
 
@@ -29,6 +39,12 @@ logger = logging.getLogger(__name__)
 PROGRESS_INTERVAL_S = 5.0
 #: Rebalances kept for the introspection view.
 HISTORY_LENGTH = 20
+#: How long the broker's end may stay below a member's reported offset before the report is
+#: called false. Honest reports run ahead of the end the leader had by the writes since its last
+#: read (a tick), and under exactly-once by an open transaction until its commit (seconds).
+OFFSET_REPORT_GRACE_S = 15.0
+#: Bound on one read of end offsets: a broker that does not answer delays a tick, not all of them.
+END_OFFSETS_TIMEOUT_S = 5.0
 
 
 def _next(offset: int | None) -> int | None:
@@ -45,6 +61,28 @@ def by_topic(tps: Iterable[TP]) -> dict[str, list[int]]:
 
 def _tps(tps: Mapping[str, Sequence[int]]) -> set[TP]:
     return {TP(topic, p) for topic, ps in tps.items() for p in ps}
+
+
+def _warmup_lags_text(warmups: set[TP], lag: Mapping[TP, int], group_warmups: int) -> str:
+    if not warmups:
+        return f"the {group_warmups} warmup(s) of the group are on other workers"
+    return "lag: " + ", ".join(
+        f"{tp.topic}[{tp.partition}]={lag.get(tp, 'unknown')}" for tp in sorted(warmups)
+    )
+
+
+def _false_offsets_text(false: FalseOffsets[TP]) -> str:
+    shown = sorted(false.offsets.items())[:3]
+    more = len(false.offsets) - len(shown)
+    return (
+        f"member {false.member_id} (client {false.client_id}) reports changelog offsets the "
+        "broker does not have ("
+        + ", ".join(f"{tp.topic}[{tp.partition}] at {off}, end {end}" for tp, (off, end) in shown)
+        + (f", and {more} more" if more > 0 else "")
+        + "): its local state is not this cluster's or is damaged (a data dir from another "
+        "cluster, a topic deleted and created again), or its metadata is false; that state "
+        "does not count (a damaged store is rebuilt once its partition is assigned)"
+    )
 
 
 class ReplicaRuntime:
@@ -67,6 +105,12 @@ class ReplicaRuntime:
         self.replica_lag: dict[TP, int] = {}
         #: The changelog end offsets last seen for this worker's replicas (for the metadata).
         self.replica_ends: dict[TP, int] = {}
+        #: The broker's end offset of every changelog partition of the app's tables, as last
+        #: read. Replaced, never changed in place: the leader reads it from the consumer thread.
+        self.changelog_ends: dict[TP, int] = {}
+        self._offset_reports: OffsetReportCheck[TP] = OffsetReportCheck(OFFSET_REPORT_GRACE_S)
+        # Fed from the consumer thread (the leader's assign()), checked on the main loop.
+        self._offset_reports_lock = threading.Lock()
         self._active_progress = ProgressMeter()
         self._replica_progress = ProgressMeter()
         self._last_progress_at = 0.0
@@ -84,6 +128,7 @@ class ReplicaRuntime:
             followup=share.followup_rebalance,
             own_warmups=sum(len(ps) for ps in share.warmup.values()),
             group_warmups=share.warmups_in_group,
+            warmups=_tps(share.warmup),
         )
         self.replica_lag = {}
         self._replica_progress.reset()
@@ -138,34 +183,114 @@ class ReplicaRuntime:
         now = self.clock()
         recovery = self.app.tables.recovery
         replicas = _tps(share.standby) | _tps(share.warmup)
-        if replicas:
-            await self._measure_replicas(recovery, replicas)
+        ends = await self._read_end_offsets(replicas)
+        if ends is not None:
+            self._check_offset_reports(now, ends)
+            if replicas:
+                self._measure_replicas(recovery, replicas, ends)
         if now - self._last_progress_at >= PROGRESS_INTERVAL_S:
             self._last_progress_at = now
             self._log_progress(recovery, share, now)
         warmups = _tps(share.warmup)
         caught_up = self.readiness.caught_up(self.replica_lag, warmups)
-        if self.followup.should_ask(now, warmups_caught_up=caught_up):
+        was_stalled = self.followup.stalled
+        warmup_lags = {tp: lag for tp, lag in self.replica_lag.items() if tp in warmups}
+        if self.followup.should_ask(
+            now,
+            warmups_caught_up=caught_up,
+            warmup_lags=self.readiness.beyond(warmup_lags),
+        ):
             logger.info(
                 "streamapp: asking the group for the follow-up rebalance (%s)",
                 "warmups caught up" if warmups and caught_up else "probing",
             )
             self.request_rebalance()
+        elif self.followup.stalled and not was_stalled:
+            logger.warning(
+                "streamapp: no more follow-up rebalances: %d asked in a row and no warmup got "
+                "closer to its changelog's end (%s); asking again once a warmup moves or a "
+                "rebalance brings other warmups",
+                self.followup.max_fruitless_asks,
+                _warmup_lags_text(warmups, self.replica_lag, share.warmups_in_group),
+            )
 
-    async def _measure_replicas(self, recovery: Any, replicas: set[TP]) -> None:
+    async def _read_end_offsets(self, replicas: set[TP]) -> dict[TP, int] | None:
+        """The broker's end offsets of every changelog partition (and replica); None: none now."""
+        consumer = self.app.consumer
+        if not getattr(consumer, "started", False):
+            return None  # not consuming yet: nobody to ask through
+        tps = self._changelog_partitions(consumer) | replicas
+        if not tps:
+            return {}
         try:
-            ends = await self.app.consumer.highwaters(*replicas)
-        except Exception as exc:  # a rebalance in progress: measure at the next tick
-            logger.debug("streamapp: no end offsets for replicas yet: %r", exc)
-            return
+            ends = await asyncio.wait_for(consumer.highwaters(*tps), END_OFFSETS_TIMEOUT_S)
+        except Exception as exc:  # a rebalance in progress, a slow broker: the next tick
+            logger.debug("streamapp: no changelog end offsets this tick: %r", exc)
+            return None
+        known = {tp: end for tp, end in ends.items() if isinstance(end, int) and end >= 0}
+        self.changelog_ends = known
+        return known
+
+    def _changelog_partitions(self, consumer: Any) -> set[TP]:
+        """Every partition of the changelogs the group leader plans (global tables' are not)."""
+        tps: set[TP] = set()
+        for table in self.app.tables.values():
+            if table.is_global:
+                continue
+            topic = table.changelog_topic.get_topic_name()
+            count = (
+                consumer.topic_partitions(topic)  # what the broker said, once subscribed
+                or table.changelog_topic.partitions
+                or self.app.conf.topic_partitions
+            )
+            tps.update(TP(topic, p) for p in range(count))
+        return tps
+
+    def _measure_replicas(self, recovery: Any, replicas: set[TP], ends: Mapping[TP, int]) -> None:
         local = {
             tp: nxt
             for tp in replicas
             if (nxt := _next(recovery.standby_offsets.get(tp))) is not None
         }
-        known_ends = {tp: end for tp, end in ends.items() if end is not None}
+        known_ends = {tp: end for tp, end in ends.items() if tp in replicas}
         self.replica_lag = lags(local, known_ends)
         self.replica_ends = known_ends
+
+    # -- the group leader's check of members' offsets --
+
+    @property
+    def false_offsets(self) -> dict[str, frozenset[TP]]:
+        """Member id -> changelog partitions whose offset it reported was found false."""
+        with self._offset_reports_lock:
+            return self._offset_reports.false_offsets
+
+    def note_offsets_beyond_end(
+        self,
+        reports: Mapping[str, tuple[str, Mapping[str, Mapping[int, int]]]],
+        *,
+        present: Iterable[str],
+    ) -> None:
+        """From the leader's assign(): member -> (client id, topic -> partition -> offset) it
+        reported above `changelog_ends`; ``present``: every member of that rebalance."""
+        flat = {
+            member_id: (
+                client_id,
+                {TP(t, p): o for t, ps in offsets.items() for p, o in ps.items()},
+            )
+            for member_id, (client_id, offsets) in reports.items()
+        }
+        with self._offset_reports_lock:
+            self._offset_reports.note(self.clock(), flat, present=set(present))
+
+    def _check_offset_reports(self, read_at: float, ends: Mapping[TP, int]) -> None:
+        with self._offset_reports_lock:
+            found = self._offset_reports.check(read_at, ends)
+        for false in found:
+            if false.first:
+                logger.warning("streamapp: %s", _false_offsets_text(false))
+        if found:
+            # It may hold tasks as caught up that it is not: the next plan knows better.
+            self.request_rebalance()
 
     def _log_progress(self, recovery: Any, share: MemberAssignment, now: float) -> None:
         if recovery.in_recovery:
