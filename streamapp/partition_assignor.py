@@ -5,7 +5,11 @@ It gathers facts and applies decisions, and decides nothing itself:
 - ``metadata()``: this worker's identity, what it held, and the changelog offsets of every local
   store on disk (`tables.inventory.LocalStateInventory`), encoded by `assignor.metadata_codec`.
 - ``assign()`` (group leader): every member decoded into a plan.md scenario
-  (`streamapp.group_scenario`), `assignor.plan` called, each member's share encoded.
+  (`streamapp.group_scenario`), `assignor.plan` called, each member's share encoded. The leader
+  trusts only what it can check: a member whose metadata does not decode gets no work, offsets
+  are held against the broker's changelog end offsets (read on the main loop by
+  `standby.runtime`, since ``assign()`` runs synchronously on aiokafka's consumer thread and
+  cannot ask the broker), and claims above the group's generation do not count.
 - ``on_assignment()``: actives and replicas handed to Faust (recovery replays only the tail past
   the local offset; standbys *and* warmups are Faust standbys), replica tracking to `standby`.
 
@@ -43,9 +47,11 @@ from assignor.metadata_codec import (
 )
 from standby.runtime import ReplicaRuntime
 from streamapp.group_scenario import (
+    CheckedFacts,
     GroupSettings,
     MemberFacts,
     build_scenario,
+    check_facts,
     kafka_partitions,
     next_generation,
     shares_from_result,
@@ -69,6 +75,19 @@ STOCK_FAUST_REFUSED = (
     "member {member} runs stock Faust's PartitionAssignor and was given no partitions: "
     "run it with `streamapp worker -A MODULE:APP` (a streamapp.App), or give it another app id"
 )
+UNREADABLE_REFUSED = (
+    "member {member} sent metadata streamapp cannot read ({cause}) and was given no partitions: "
+    "every member of this group must be a streamapp worker of the same version"
+)
+GENERATION_IGNORED = (
+    "member {member} (client {client}) claims partitions at generation {claimed}, above any "
+    "this group has had ({known}): its claims are ignored, its local state still counts"
+)
+LIAR_REFUSED = (
+    "member {member} (client {client}) claims partitions at generation {claimed}, above any "
+    "this group has had ({known}), and changelog offsets the broker does not have ({offsets}): "
+    "nothing it says holds, so it was given no partitions"
+)
 
 
 class StreamappPartitionAssignor(PartitionAssignor):
@@ -86,7 +105,9 @@ class StreamappPartitionAssignor(PartitionAssignor):
             if kept
             else MemberAssignment(generation=-1)
         )
-        self._warned: set[str] = set()
+        self._warned: set[tuple[str, str]] = set()
+        #: The last generation this worker planned as the group's leader.
+        self._planned_generation = -1
 
     @property
     def name(self) -> str:
@@ -162,6 +183,7 @@ class StreamappPartitionAssignor(PartitionAssignor):
         facts: dict[str, MemberFacts] = {}
         urls: dict[str, str] = {}
         refused: list[str] = []
+        runtime = self.runtime
         # Global tables' changelogs are not planned: every member holds all of them.
         global_topics = {
             table.changelog_topic.get_topic_name()
@@ -171,20 +193,46 @@ class StreamappPartitionAssignor(PartitionAssignor):
         for member_id, protocol_metadata in member_metadata.items():
             subscription = [t for t in protocol_metadata.subscription if t not in global_topics]
             try:
-                decoded: MemberMetadata | None = decode_metadata(protocol_metadata.user_data)
+                decoded = decode_metadata(protocol_metadata.user_data)
             except StockFaustMetadataError:
-                self._warn_once(member_id, STOCK_FAUST_REFUSED.format(member=member_id))
+                self._warn_once(member_id, "stock", STOCK_FAUST_REFUSED.format(member=member_id))
                 refused.append(member_id)
                 continue
             except MetadataError as exc:
+                # Work given to a member that cannot tell what it holds goes unprocessed for as
+                # long as it stays: nothing it says can be checked, so it gets nothing.
                 self._warn_once(
                     member_id,
-                    f"member {member_id}: unreadable metadata ({exc}); "
-                    "treated as a fresh member with no local state",
+                    "unreadable",
+                    UNREADABLE_REFUSED.format(member=member_id, cause=exc),
                 )
-                decoded = None
+                refused.append(member_id)
+                continue
             facts[member_id] = MemberFacts(subscription, decoded)
-            urls[member_id] = decoded.url if decoded else f"unknown://{member_id}"
+            urls[member_id] = decoded.url
+
+        broker_ends = self._broker_ends()
+        group_generation = self._group_generation()
+        checked = check_facts(
+            facts,
+            broker_ends=broker_ends,
+            group_generation=group_generation,
+            false_offsets=self._false_offsets(),
+        )
+        self._warn_checked(checked, facts, group_generation, broker_ends)
+        refused.extend(sorted(checked.refused))
+        if runtime is not None:
+            # An offset above the end the leader last read may be honest (written since that
+            # read): the runtime tells which, against the broker's end read again later.
+            runtime.note_offsets_beyond_end(
+                {
+                    member_id: (_client_id(facts[member_id]), beyond)
+                    for member_id, beyond in checked.offsets_beyond_end.items()
+                    if member_id not in checked.refused
+                },
+                present=set(member_metadata),
+            )
+        facts = checked.members
 
         subscribed = {t for f in facts.values() for t in f.subscription}
         topics = {}
@@ -204,10 +252,13 @@ class StreamappPartitionAssignor(PartitionAssignor):
                 acceptable_recovery_lag=settings.acceptable_recovery_lag,
                 max_warmup_replicas=settings.max_warmup_replicas,
             ),
+            broker_ends=broker_ends,
         )
         result = assignor.plan(scenario, strategy=self.strategy)
+        generation = next_generation(facts.values())
+        self._planned_generation = generation
         shares = with_global_tables(
-            shares_from_result(result, generation=next_generation(facts.values()), urls=urls),
+            shares_from_result(result, generation=generation, urls=urls),
             {
                 t: count
                 for t in global_topics
@@ -216,9 +267,18 @@ class StreamappPartitionAssignor(PartitionAssignor):
         )
         logger.info(
             "streamapp: planned generation %s for %d member(s): %s",
-            next(iter(shares.values())).generation if shares else "-",
+            generation,
             len(shares),
-            result.get("stats", {}),
+            {
+                **result.get("stats", {}),
+                # What the leader's own checks changed before the plan (see check_facts).
+                "offsets_beyond_end": checked.offsets_beyond_end_count,
+                "offsets_not_counted": sum(
+                    len(ps) for t in checked.offsets_not_counted.values() for ps in t.values()
+                ),
+                "claims_above_generation": len(checked.claims_above_generation),
+                "members_refused": len(refused),
+            },
         )
         out = {
             member_id: ConsumerProtocolMemberAssignment(
@@ -232,9 +292,74 @@ class StreamappPartitionAssignor(PartitionAssignor):
             )
         return out
 
-    def _warn_once(self, member_id: str, message: str) -> None:
-        if member_id not in self._warned:
-            self._warned.add(member_id)
+    def _warn_checked(
+        self,
+        checked: CheckedFacts,
+        facts: Mapping[str, MemberFacts],
+        group_generation: int | None,
+        broker_ends: Mapping[str, Mapping[int, int]],
+    ) -> None:
+        for member_id, claimed in sorted(checked.claims_above_generation.items()):
+            if member_id in checked.refused:
+                beyond = sorted(
+                    (topic, p, offset, end)
+                    for topic, parts in checked.offsets_beyond_end[member_id].items()
+                    for p, offset in parts.items()
+                    if (end := broker_ends.get(topic, {}).get(p)) is not None
+                )
+                shown = ", ".join(f"{t}[{p}] at {o}, end {e}" for t, p, o, e in beyond[:3])
+                more = f", and {len(beyond) - 3} more" if len(beyond) > 3 else ""
+                message = LIAR_REFUSED.format(
+                    member=member_id,
+                    client=_client_id(facts[member_id]),
+                    claimed=claimed,
+                    known=group_generation,
+                    offsets=shown + more,
+                )
+                self._warn_once(member_id, "refused", message)
+                continue
+            self._warn_once(
+                member_id,
+                "generation",
+                GENERATION_IGNORED.format(
+                    member=member_id,
+                    client=_client_id(facts[member_id]),
+                    claimed=claimed,
+                    known=group_generation,
+                ),
+            )
+
+    def _false_offsets(self) -> dict[str, set[tuple[str, int]]]:
+        """Member -> (topic, partition) whose reported offset the runtime found false."""
+        runtime = self.runtime
+        found = runtime.false_offsets if runtime is not None else {}
+        return {m: {(tp.topic, tp.partition) for tp in tps} for m, tps in found.items()}
+
+    def _broker_ends(self) -> dict[str, dict[int, int]]:
+        """Changelog end offsets from the broker, as the main loop last read them."""
+        runtime = self.runtime
+        ends: dict[str, dict[int, int]] = {}
+        # One read of the attribute: the main loop replaces the mapping, never changes it.
+        for tp, end in (runtime.changelog_ends if runtime is not None else {}).items():
+            ends.setdefault(tp.topic, {})[tp.partition] = end
+        return ends
+
+    def _group_generation(self) -> int | None:
+        """The highest generation this worker has seen for its group, ``None`` if none yet.
+
+        Plan generations it applied or planned itself, and the group's Kafka generation (the
+        broker's count of rebalances, which a plan generation of the same group history does not
+        pass: each plan is made in a rebalance of its own).
+        """
+        runtime = self.runtime
+        kafka_generation = runtime.member()[1] if runtime is not None else None
+        seen = [self._share.generation, self._planned_generation, kafka_generation or -1]
+        known = max(seen)
+        return known if known >= 1 else None
+
+    def _warn_once(self, member_id: str, kind: str, message: str) -> None:
+        if (member_id, kind) not in self._warned:
+            self._warned.add((member_id, kind))
             logger.warning("streamapp: %s", message)
 
     # -- every member --
@@ -286,3 +411,7 @@ class StreamappPartitionAssignor(PartitionAssignor):
     def share(self) -> MemberAssignment:
         """This worker's share of the current plan."""
         return self._share
+
+
+def _client_id(facts: MemberFacts) -> str:
+    return facts.metadata.client_id if facts.metadata is not None else "?"
