@@ -6,10 +6,11 @@ It gathers facts and applies decisions, and decides nothing itself:
   store on disk (`tables.inventory.LocalStateInventory`), encoded by `assignor.metadata_codec`.
 - ``assign()`` (group leader): every member decoded into a plan.md scenario
   (`streamapp.group_scenario`), `assignor.plan` called, each member's share encoded. The leader
-  trusts only what it can check: a member whose metadata does not decode gets no work, offsets
+  trusts only what it can check: a member whose metadata does not decode gets no work; offsets
   are held against the broker's changelog end offsets (read on the main loop by
   `standby.runtime`, since ``assign()`` runs synchronously on aiokafka's consumer thread and
-  cannot ask the broker), and claims above the group's generation do not count.
+  cannot ask the broker), and ones found false count for nothing; claims above the group's
+  generation do not count; a member caught in both lies gets no work.
 - ``on_assignment()``: actives and replicas handed to Faust (recovery replays only the tail past
   the local offset; standbys *and* warmups are Faust standbys), replica tracking to `standby`.
 
