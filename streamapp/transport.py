@@ -28,7 +28,11 @@
 6. A changelog record fetched under a previous generation is dropped, not handed to table
    recovery (see ``tables.recovery``).
 
-7. Faust's livelock check skips a partition that has no position yet (awaiting an offset
+7. Records fetched for a partition that is not active when they arrive are not dropped while
+   aiokafka's position passes them: the partition goes back to the first of them (see
+   ``Consumer._getmany``).
+
+8. Faust's livelock check skips a partition that has no position yet (awaiting an offset
    reset) instead of crashing the worker on aiokafka's assertion (see
    ``ConsumerThread.verify_event_path``).
 """
@@ -196,6 +200,30 @@ class Consumer(faust_aiokafka.Consumer):
         IN_FETCH_LOOP.set(True)
         async for tp, message in super().getmany(timeout):
             yield tp, message
+
+    async def _getmany(
+        self, active_partitions: set[TP] | None, timeout: float
+    ) -> Mapping[TP, list[Any]]:
+        # Faust hands its live set of active partitions to the consumer thread, and aiokafka
+        # returns every partition's buffered records when that set has emptied meanwhile (as
+        # recovery pauses the actives), or records of a partition paused since. Faust's
+        # getmany then drops the records of partitions no longer active without a word, while
+        # aiokafka's position has passed them. A standby sought to its start whose first
+        # records went that way resumed ~1,000 records further on, and its offset claimed them
+        # all (issue 11). Such records go back: their partition is sought to the first one.
+        records = await super()._getmany(active_partitions, timeout)
+        if active_partitions is None:
+            return records
+        buffered = self._buffered_partitions
+        passed = {
+            tp: batch[0].offset
+            for tp, batch in records.items()
+            if batch and tp not in active_partitions and tp not in buffered
+        }
+        if not passed:
+            return records
+        await self._thread.seek_wait(passed)
+        return {tp: batch for tp, batch in records.items() if tp not in passed}
 
     async def perform_seek(self) -> None:
         # Only recovery's seek, which starts after recovery asked for the resume, releases

@@ -166,3 +166,32 @@ async def test_a_seek_from_another_task_after_the_resume_does_not_release_it() -
     await asyncio.create_task(consumer.perform_seek())
     assert STREAM in consumer._active_partitions
     assert consumer.active_at_seek == [set(), set()]
+
+
+async def test_records_of_a_partition_not_active_send_it_back_to_the_first_of_them() -> None:
+    # aiokafka returns every partition's records when the live set Faust handed it emptied
+    # meanwhile; Faust's getmany then dropped the ones not active while aiokafka's position
+    # passed them: a standby sought to 0 resumed ~1,000 records further on.
+    consumer: Any = object.__new__(Consumer)
+    consumer._buffered_partitions = set()
+    sought: list[dict[TP, int]] = []
+    fetched = {
+        STREAM: [SimpleNamespace(offset=7), SimpleNamespace(offset=8)],
+        CHANGELOG: [SimpleNamespace(offset=0), SimpleNamespace(offset=1)],
+    }
+
+    async def getmany(active: set[TP] | None, timeout: float) -> dict[TP, list[Any]]:
+        return fetched
+
+    async def seek_wait(offsets: dict[TP, int]) -> None:
+        sought.append(dict(offsets))
+
+    consumer._thread = SimpleNamespace(getmany=getmany, seek_wait=seek_wait)
+    records = await consumer._getmany({STREAM}, 1.0)
+    assert set(records) == {STREAM}
+    assert sought == [{CHANGELOG: 0}]
+    # Records of a partition Faust's flow control parked (buffer full) are still handed out.
+    consumer._buffered_partitions = {CHANGELOG}
+    sought.clear()
+    assert set(await consumer._getmany({STREAM}, 1.0)) == {STREAM, CHANGELOG}
+    assert sought == []
