@@ -26,7 +26,7 @@ from aiokafka import AIOKafkaProducer
 
 from tests.integration.apps.rebalance_io import create_topic
 
-from .workers import WorkerProcess
+from .workers import WorkerProcess, wait_for_workers
 
 APP = "tests.integration.apps.seqcheck:app"
 APP_ID = "it-seqcheck"
@@ -103,20 +103,7 @@ class Group:
             self._steady = None
 
     def wait(self, what: str, check: Callable[[], bool], timeout: float = 120.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            for name, worker in self.workers.items():
-                assert worker.process is not None
-                if worker.process.poll() is not None:
-                    raise AssertionError(f"{name} exited:\n{worker.log_tail()}")
-            try:
-                if check():
-                    return
-            except OSError:
-                pass  # a web view not up yet
-            time.sleep(0.5)
-        logs = "\n".join(f"--- {n}\n{w.log_tail(20)}" for n, w in self.workers.items())
-        raise AssertionError(f"timed out waiting for {what}\n{logs}")
+        wait_for_workers(self.workers, what, check, timeout=timeout)
 
     def resumed(self, name: str) -> bool:
         """The worker's current assignment is processing."""

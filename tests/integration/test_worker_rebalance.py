@@ -20,7 +20,7 @@ import pytest
 
 from tests.integration.apps.rebalance_io import create_topic, end_offsets, produce
 
-from .workers import WorkerProcess, start_stock_faust_worker
+from .workers import WorkerProcess, start_stock_faust_worker, wait_for_workers
 
 APP = "tests.integration.apps.rebalance:app"
 STOCK_APP = "tests.integration.apps.stock_faust:app"
@@ -66,20 +66,9 @@ class Group:
         self.produced += count
 
     def wait(self, what: str, check: Callable[[], bool], timeout: float = 90.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            for name, worker in self.workers.items():
-                assert worker.process is not None
-                if worker.process.poll() is not None:
-                    raise AssertionError(f"{name} exited:\n{worker.log_tail()}")
-            try:
-                if check():
-                    return
-            except OSError:
-                pass  # a web view not up yet
-            time.sleep(0.5)
-        logs = "\n".join(f"--- {n}\n{w.log_tail(15)}" for n, w in self.workers.items())
-        raise AssertionError(f"timed out waiting for {what}\n{self.summary()}\n{logs}")
+        wait_for_workers(
+            self.workers, what, check, timeout=timeout, details=self.summary, log_lines=15
+        )
 
     def summary(self) -> str:
         lines = []

@@ -10,6 +10,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -107,6 +108,35 @@ class WorkerProcess:
     def __exit__(self, *exc: object) -> None:
         if self.process is not None and self.process.poll() is None:
             self.stop()
+
+
+def wait_for_workers(
+    workers: Mapping[str, WorkerProcess],
+    what: str,
+    check: Callable[[], bool],
+    *,
+    timeout: float,
+    details: Callable[[], str] = lambda: "",
+    log_lines: int = 20,
+) -> None:
+    """Poll ``check`` until it holds, failing at once if a worker exits, with their logs if not.
+
+    A web view that is not up yet (``OSError``) counts as the check not holding yet.
+    """
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for name, worker in workers.items():
+            assert worker.process is not None
+            if worker.process.poll() is not None:
+                raise AssertionError(f"{name} exited:\n{worker.log_tail()}")
+        try:
+            if check():
+                return
+        except OSError:
+            pass  # a web view not up yet
+        time.sleep(0.5)
+    logs = "\n".join(f"--- {n}\n{w.log_tail(log_lines)}" for n, w in workers.items())
+    raise AssertionError(f"timed out waiting for {what}\n{details()}\n{logs}")
 
 
 def start_stock_faust_worker(
