@@ -206,6 +206,29 @@ def test_a_member_lying_about_generation_and_offsets_gets_nothing(
     assert "for 2 member(s)" in planned[0]
 
 
+def test_claims_above_the_group_generation_do_not_count(
+    leader: Leader, caplog: pytest.LogCaptureFixture
+) -> None:
+    everything = {"words": [0, 1, 2, 3], CHANGELOG: [0, 1, 2, 3]}
+    # State on disk as caught up as anybody's (nothing to catch it on), a claim to everything.
+    claimer = _member(
+        "w3", generation=10**6, owned_active=everything, offsets={p: END for p in range(4)}
+    )
+    good = _member("w2", offsets={p: END for p in range(4)})
+    with caplog.at_level(logging.INFO):
+        out = leader.assign({"m-good": good, "m-claimer": claimer})
+        leader.assign({"m-good": good, "m-claimer": claimer})
+    warned = _warnings(caplog, "m-claimer")
+    assert len(warned) == 1, warned
+    assert "(client w3) claims partitions at generation 1000000, above any" in warned[0]
+    assert "its claims are ignored" in warned[0]
+    # Not every task, as when its claim won: a balanced share of three members at most.
+    assert 0 < len(_words(out, "m-claimer")) <= 2
+    assert decode_assignment(out["m-claimer"].user_data).generation == 1
+    planned = [r.getMessage() for r in caplog.records if "planned generation" in r.getMessage()]
+    assert "'claims_above_generation': 1" in planned[0] and "'members_refused': 0" in planned[0]
+
+
 def test_a_member_lying_about_offsets_is_found_out_and_its_state_stops_counting(
     leader: Leader, caplog: pytest.LogCaptureFixture
 ) -> None:
