@@ -2,7 +2,7 @@
 
 Public API:
 
-- `plan(scenario, *, strategy="stateful") -> dict`: contracts/plan.md.
+- `plan(scenario, *, strategy="stateful") -> dict`: docs/assignment-rules.md.
 - `parse_scenario(mapping) -> Scenario` (`assignor.model`).
 - `ScenarioError`: bad input, message names the field.
 - `PartitionGrouper`, `group_partitions` (`assignor.grouper`).

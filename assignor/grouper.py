@@ -1,7 +1,7 @@
 """The PartitionGrouper: which topics move together, and who may take them.
 
 `PartitionGrouper().group(scenario) -> Grouping` (or `group_partitions`)
-applies contracts/plan.md's grouping rules:
+applies docs/assignment-rules.md's grouping rules:
 
 1. declared co-partition groups merge transitively (their partition counts
    were checked by `parse_scenario`);

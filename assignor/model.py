@@ -1,7 +1,7 @@
 """The scenario model: typed, validated facts that every strategy decides on.
 
 `parse_scenario(mapping) -> Scenario` turns the JSON object of
-contracts/plan.md into frozen dataclasses:
+docs/assignment-rules.md into frozen dataclasses:
 
 - `Scenario`: ``topics`` (name -> partition count), ``changelog_topics``,
   ``copartitioned`` (declared groups, as given), ``num_standbys``,
@@ -577,7 +577,7 @@ def _complete_end_offsets(
 def parse_scenario(raw: Mapping[str, Any] | object) -> Scenario:
     """Validate a scenario mapping (parsed JSON) and return the typed `Scenario`.
 
-    Raises `ScenarioError` for bad input (see contracts/plan.md); drops and
+    Raises `ScenarioError` for bad input (see docs/assignment-rules.md); drops and
     counts stale facts; resolves conflicting active claims by generation.
     Passing an already parsed `Scenario` returns it unchanged.
     """

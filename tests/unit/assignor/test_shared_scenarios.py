@@ -1,7 +1,7 @@
-"""Every scenario in shared/scenarios/ does what its name says, asserted exactly.
+"""Every shared scenario does what its name says, asserted exactly.
 
-The scenarios live in the ``shared/`` directory beside the repository root
-(``<repo>/../shared/scenarios``), in CI as on a workstation.
+The scenarios are the project's reference cases (KIP examples, ad-click rebalances, a bad
+co-partitioning), kept in the repository under ``tests/data/scenarios/shared/``.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import pytest
 from assignor import ScenarioError, plan
 
 REPO = Path(__file__).resolve().parents[3]
-SCENARIOS = REPO.parent / "shared" / "scenarios"
+SCENARIOS = REPO / "tests" / "data" / "scenarios" / "shared"
 IMPRESSIONS = "adclick-impressions-changelog"
 PENDING = "adclick-pending-clicks-changelog"
 ADCLICK_TOPICS = (IMPRESSIONS, PENDING, "clicks", "impressions")

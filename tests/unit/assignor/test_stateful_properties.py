@@ -1,4 +1,4 @@
-"""Property tests: every numbered rule of contracts/plan.md for strategy ``stateful``.
+"""Property tests: every numbered rule of docs/assignment-rules.md for strategy ``stateful``.
 
 Scenarios are generated with co-partitioned sources, changelogs, declared
 joins, uneven subscriptions, hosts, racks, capacities, previous assignments
