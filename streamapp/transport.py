@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
-from collections.abc import Iterable, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping
 from contextvars import ContextVar
 from typing import Any
 
@@ -52,9 +52,8 @@ from faust.types.transports import TPorTopicSet
 
 from streamapp.hand_out import HandOutLedger
 
-#: True in the task of Faust's fetch loop (set by `Consumer._wait_next_records`); a context
-#: variable, so the tasks recovery runs its seeks in (mode's ``wait_first`` makes new ones)
-#: never see it.
+#: True in the task of Faust's fetch loop (set by `Consumer.getmany`); a context variable, so
+#: the tasks recovery runs its seeks in (mode's ``wait_first`` makes new ones) never see it.
 IN_FETCH_LOOP: ContextVar[bool] = ContextVar("streamapp_in_fetch_loop", default=False)
 
 
@@ -196,11 +195,11 @@ class Consumer(faust_aiokafka.Consumer):
             tps -= held
         super().resume_partitions(tps)
 
-    async def _wait_next_records(self, timeout: float) -> tuple[Any, set[TP] | None]:
-        # Marks the fetch loop's task, for perform_seek: Faust's getmany calls this once per
-        # fetch, before the seek it makes when the flow is stopped (and no other code does).
+    async def getmany(self, timeout: float) -> AsyncIterator[tuple[TP, Message]]:
+        # Marks the fetch loop's task, for perform_seek (only Faust's fetch loop calls this).
         IN_FETCH_LOOP.set(True)
-        return await super()._wait_next_records(timeout)
+        async for tp, message in super().getmany(timeout):
+            yield tp, message
 
     async def _getmany(
         self, active_partitions: set[TP] | None, timeout: float

@@ -157,7 +157,7 @@ async def test_a_seek_from_another_task_after_the_resume_does_not_release_it() -
     consumer.resume_partitions({STREAM})
 
     async def fetch_loop_seek() -> None:
-        IN_FETCH_LOOP.set(True)  # as Consumer._wait_next_records marks it
+        IN_FETCH_LOOP.set(True)  # as Consumer.getmany marks the fetch loop's task
         await consumer.perform_seek()
 
     await asyncio.create_task(fetch_loop_seek())
