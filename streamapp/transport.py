@@ -35,6 +35,9 @@
 8. Faust's livelock check skips a partition that has no position yet (awaiting an offset
    reset) instead of crashing the worker on aiokafka's assertion (see
    ``ConsumerThread.verify_event_path``).
+
+9. A revocation commits what was processed (at-least-once too; see
+   ``Consumer.on_partitions_revoked``): Faust forgot it, and the next owner processed it again.
 """
 
 from __future__ import annotations
@@ -300,8 +303,24 @@ class Consumer(faust_aiokafka.Consumer):
                 # and end every transaction first.
                 await self.commit(start_new_transaction=False)
             else:
+                # Faust forgets the acked offsets of revoked partitions here and never commits
+                # them on a revocation: everything processed since the last periodic commit
+                # (up to a commit interval's worth) was processed again by the next owner,
+                # and under an eager protocol every rebalance revokes everything. Kafka
+                # Streams commits on revocation; so does this.
+                # Acked offsets only advance over consecutive processed records, so what
+                # they cover is safe to commit even if an agent is still stuck on a record.
                 await self._all_handed_out_processed()
+                await self._commit_all_acked()
         await super().on_partitions_revoked(revoked)
+
+    async def _commit_all_acked(self) -> None:
+        # Faust's commit returns without committing when another commit is in flight (it
+        # waits for that one, which may have started before the last acks): let any such
+        # commit finish first; nothing is handed out now, so this one covers every ack. (Faust's
+        # ``_filter_committable_offsets`` consumes the acks it reads: not a question to ask.)
+        await self.maybe_wait_for_commit_to_finish()
+        await self.commit()
 
     async def on_partitions_assigned(self, assigned: set[TP], generation_id: int = 0) -> None:
         self._streams_await_seek = True

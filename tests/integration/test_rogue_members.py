@@ -346,12 +346,6 @@ def test_a_member_whose_offsets_lie_is_found_out_and_the_group_settles(
         assert group.view(name)["followup_pending"] is False
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="known failure, issue 12 stays open: in 2 of the last 5 full runs both workers sat "
-    "idle after 'Worker ready' at the rebalance that follows the strays leaving, and the 200 "
-    "events were never counted; cause not found yet",
-)
 def test_the_group_carries_on_after_the_stray_members_leave(group: Group) -> None:
     group.wait_settled()
     assert group.actives() == [0, 1, 2, 3]
