@@ -10,6 +10,7 @@ from typing import NoReturn
 
 from streamapp.kafka.broker import DEFAULT_PORT, BrokerError, LocalKafka, broker_status
 from streamapp.kafka.release import KAFKA_VERSION, KafkaJarsError, resolve_kafka_jars
+from streamapp.settings import add_setting_options
 from streamapp.worker import add_worker_arguments, run_worker
 
 
@@ -103,6 +104,57 @@ def _topics(args: argparse.Namespace) -> int:
     return 0
 
 
+def _group(args: argparse.Namespace) -> int:
+    """`streamapp group`: the whole group from the broker, and what a change would do."""
+    import asyncio
+    import json
+
+    from streamapp import group_view
+    from streamapp.group_read import BrokerUnavailable, read_live_group
+    from streamapp.group_scenario import GroupSettings
+    from streamapp.settings import SettingsError, options_from_args, resolve
+
+    def refuse(message: str) -> int:
+        print(f"streamapp group: {' '.join(message.split())}", file=sys.stderr)
+        return 2
+
+    try:
+        change = group_view.parse_change(args.what_if) if args.what_if is not None else None
+        # No app here: the what-if plans with these options, else STREAMAPP_*, else defaults.
+        settings = resolve(options=options_from_args(args))
+        view, counts = asyncio.run(read_live_group(args.broker, args.app_id))
+        found = (
+            group_view.what_if(
+                view,
+                change,
+                topics=counts,
+                settings=GroupSettings(
+                    num_standbys=settings.num_standby_replicas,
+                    acceptable_recovery_lag=settings.acceptable_recovery_lag,
+                    max_warmup_replicas=settings.max_warmup_replicas,
+                ),
+            )
+            if change is not None
+            else None
+        )
+    except (group_view.GroupViewError, SettingsError) as exc:
+        return refuse(str(exc))
+    except BrokerUnavailable as exc:
+        print(f"streamapp group: {' '.join(str(exc).split())}", file=sys.stderr)
+        return 1
+    if args.format == "json":
+        out = group_view.group_json(view)
+        if found is not None:
+            out["what_if"] = group_view.what_if_json(found)
+        print(json.dumps(out, indent=2))
+    else:
+        print(group_view.format_group(view))
+        if found is not None:
+            print()
+            print(group_view.format_what_if(found))
+    return 0
+
+
 def _plan(args: argparse.Namespace) -> int:
     from assignor.cli import main as plan_main
 
@@ -183,6 +235,36 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds to wait for the broker to answer (default 90)",
     )
     kafka.set_defaults(handler=_kafka)
+
+    group = commands.add_parser(
+        "group",
+        help="the whole group as the broker sees it: who holds what, replica lag; what-ifs",
+        description="Show a streamapp app's consumer group from the broker alone (no worker is "
+        "asked): each member's client id, host, rack and capacity, the active, standby and "
+        "warmup partitions it holds, each standby's and warmup's lag, the plan's generation and "
+        "the group protocol. With --what-if, plan the group as the leader would after the "
+        "change and show what would move and how many changelog records would be replayed.",
+    )
+    group.add_argument("app_id", metavar="APP_ID", help="the app's id (its consumer group)")
+    group.add_argument("--broker", required=True, help="Kafka bootstrap address, host:port")
+    group.add_argument(
+        "--format",
+        choices=["table", "json"],
+        default="table",
+        help="table for people, json for tools (default: table)",
+    )
+    group.add_argument(
+        "--what-if",
+        metavar="CHANGE",
+        help="'leave CLIENT_ID' (that worker stops) or 'add N' (N new workers, no local state)",
+    )
+    # The settings the leader plans with are the app's, which the broker does not have.
+    add_setting_options(
+        group,
+        ["num_standby_replicas", "acceptable_recovery_lag", "max_warmup_replicas"],
+        app=False,
+    )
+    group.set_defaults(handler=_group)
 
     plan = commands.add_parser(
         "plan",
