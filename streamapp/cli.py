@@ -11,7 +11,7 @@ from typing import NoReturn
 from streamapp.kafka.broker import DEFAULT_PORT, BrokerError, LocalKafka, broker_status
 from streamapp.kafka.release import KAFKA_VERSION, KafkaJarsError, resolve_kafka_jars
 from streamapp.settings import add_setting_options
-from streamapp.worker import add_worker_arguments, run_worker
+from streamapp.worker import WORKER_DESCRIPTION, add_worker_arguments, run_worker
 
 
 def _kafka(args: argparse.Namespace) -> int:
@@ -158,7 +158,7 @@ def _group(args: argparse.Namespace) -> int:
 def _plan(args: argparse.Namespace) -> int:
     from assignor.cli import main as plan_main
 
-    return int(plan_main(["plan", *args.plan_args]))
+    return int(plan_main(["plan", *args.plan_args], prog="streamapp"))
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -187,7 +187,9 @@ def build_parser() -> argparse.ArgumentParser:
         dest="command", required=True, metavar="COMMAND", parser_class=_OneLineErrorParser
     )
 
-    worker = commands.add_parser("worker", help="run one worker process of a streamapp.App")
+    worker = commands.add_parser(
+        "worker", help="run one worker process of a streamapp.App", description=WORKER_DESCRIPTION
+    )
     add_worker_arguments(worker)
     worker.set_defaults(handler=run_worker)
 
@@ -218,23 +220,61 @@ def build_parser() -> argparse.ArgumentParser:
     )
     topics.set_defaults(handler=_topics)
 
-    kafka = commands.add_parser("kafka", help="a real local Kafka broker (KRaft, 127.0.0.1 only)")
-    kafka.add_argument(
-        "action",
-        choices=["start", "stop", "status", "fetch"],
-        help="start/stop/status the broker; fetch only resolves its jars",
+    kafka = commands.add_parser(
+        "kafka",
+        help="a real local Kafka broker (KRaft, 127.0.0.1 only)",
+        description=f"A real local Apache Kafka {KAFKA_VERSION} broker (KRaft mode, one "
+        "broker+controller, bound to 127.0.0.1 only), for development and the tests.",
     )
-    kafka.add_argument(
-        "--port", type=int, default=DEFAULT_PORT, help="listener port (default 9092)"
+    actions = kafka.add_subparsers(
+        dest="action", required=True, metavar="ACTION", parser_class=_OneLineErrorParser
     )
-    kafka.add_argument("--dir", help="data and log directory (default: under ~/.cache/streamapp)")
-    kafka.add_argument(
+
+    def port_option(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument(
+            "--port", type=int, default=DEFAULT_PORT, help="listener port (default: %(default)s)"
+        )
+
+    start = actions.add_parser(
+        "start",
+        help="start a broker and print its address",
+        description="Start a broker: resolve its jars through Maven Central on the first run, "
+        "format its storage, start it, wait until it answers, and print its bootstrap address "
+        "(127.0.0.1:PORT) as the last line. The broker keeps running after this exits; a broker "
+        "streamapp started that already runs on the port is reused.",
+    )
+    port_option(start)
+    start.add_argument(
+        "--dir",
+        help="data and log directory; the broker's log stays there as broker.log "
+        "(default: under ~/.cache/streamapp, or $STREAMAPP_CACHE)",
+    )
+    start.add_argument(
         "--timeout",
         type=float,
         default=90.0,
-        help="seconds to wait for the broker to answer (default 90)",
+        help="seconds to wait for the broker to answer (default: %(default)s)",
     )
-    kafka.set_defaults(handler=_kafka)
+    stop = actions.add_parser(
+        "stop",
+        help="stop the broker streamapp started on a port",
+        description="Stop the broker streamapp started on the port, by the pid it recorded "
+        "(never by process name), and wait for it to exit.",
+    )
+    port_option(stop)
+    status = actions.add_parser(
+        "status",
+        help="say whether a broker streamapp started runs on a port",
+        description="Say whether a broker streamapp started runs on the port, and where its "
+        "data is. Exit status 0 when it runs, 3 when it does not.",
+    )
+    port_option(status)
+    actions.add_parser(
+        "fetch",
+        help="only resolve the broker's jars (first run: through Maven Central)",
+        description="Resolve the pinned Kafka release's jars into the cache and print where.",
+    )
+    kafka.set_defaults(handler=_kafka, port=DEFAULT_PORT, dir=None, timeout=90.0)
 
     group = commands.add_parser(
         "group",

@@ -60,6 +60,16 @@ class WorkerSetupError(RuntimeError):
     """The worker cannot start as asked; the message names the option or app at fault."""
 
 
+WORKER_DESCRIPTION = (
+    "Run one worker process of a streamapp.App (Faust's worker underneath): it joins the "
+    "app's consumer group, runs the agents and tables of the partitions the group gives it, "
+    "and keeps standby replicas of others' table partitions. Options are checked before Faust "
+    "starts; a bad one is refused with one line and exit status 2. The streamapp settings "
+    "below can also be STREAMAPP_* variables or App(...) keywords: an option beats a "
+    "variable, which beats a keyword (docs/settings.md). Stop it with Ctrl-C or SIGTERM."
+)
+
+
 def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "-A",
@@ -70,9 +80,18 @@ def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--broker", help="Kafka bootstrap address (default: the app's broker)")
     parser.add_argument(
-        "--web-port", type=int, help="port of the worker's web views, incl. /streamapp/assignment"
+        "--web-port",
+        type=int,
+        help="port of the worker's web views: /streamapp/assignment (what it holds, what "
+        "recovery cost) and the app's own pages (default: the app's web_port, Faust's 6066 "
+        "unless the app sets one; a second worker on one machine must be given another, or "
+        "it is refused because the port is taken)",
     )
-    parser.add_argument("--web-host", default="127.0.0.1", help="address the web views bind to")
+    parser.add_argument(
+        "--web-host",
+        default="127.0.0.1",
+        help="address the web views bind to (default: %(default)s)",
+    )
     parser.add_argument(
         "--data-dir",
         help="where tables' local state and the client id live "
@@ -85,6 +104,7 @@ def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
         "--loglevel",
         default="info",
         choices=["debug", "info", "warning", "error", "critical"],
+        help="least severe log messages shown (Python's logging levels; default: info)",
     )
 
 
