@@ -83,9 +83,9 @@ def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
         "--web-port",
         type=int,
         help="port of the worker's web views: /streamapp/assignment (what it holds, what "
-        "recovery cost) and the app's own pages (default: the app's web_port, Faust's 6066 "
-        "unless the app sets one; a second worker on one machine must be given another, or "
-        "it is refused because the port is taken)",
+        "recovery cost), /metrics (Prometheus) and the app's own pages (default: the app's "
+        "web_port, Faust's 6066 unless the app sets one; a second worker on one machine must be "
+        "given another, or it is refused because the port is taken)",
     )
     parser.add_argument(
         "--web-host",
