@@ -108,20 +108,29 @@ def _group(args: argparse.Namespace) -> int:
     """`streamapp group`: the whole group from the broker, and what a change would do."""
     import asyncio
     import json
+    import logging
+
+    from yarl import URL
 
     from streamapp import group_view
     from streamapp.group_read import BrokerUnavailable, read_live_group
     from streamapp.group_scenario import GroupSettings
     from streamapp.settings import SettingsError, options_from_args, resolve
+    from streamapp.worker import WorkerSetupError, broker_url, check_broker_reachable
 
     def refuse(message: str) -> int:
         print(f"streamapp group: {' '.join(message.split())}", file=sys.stderr)
         return 2
 
+    # aiokafka logs each failed connection itself; the one line below says it for all of them.
+    logging.getLogger("aiokafka").addHandler(logging.NullHandler())
+    logging.getLogger("aiokafka").propagate = False
     try:
         change = group_view.parse_change(args.what_if) if args.what_if is not None else None
         # No app here: the what-if plans with these options, else STREAMAPP_*, else defaults.
         settings = resolve(options=options_from_args(args))
+        urls = [URL(broker_url(address)) for address in args.broker.split(",")]
+        check_broker_reachable(urls, f"--broker {args.broker}")
         view, counts = asyncio.run(read_live_group(args.broker, args.app_id))
         found = (
             group_view.what_if(
@@ -137,9 +146,10 @@ def _group(args: argparse.Namespace) -> int:
             if change is not None
             else None
         )
-    except (group_view.GroupViewError, SettingsError) as exc:
+    except (group_view.GroupViewError, SettingsError, WorkerSetupError) as exc:
         return refuse(str(exc))
     except BrokerUnavailable as exc:
+        # Reachable, yet it did not answer: the broker's trouble, not a bad option.
         print(f"streamapp group: {' '.join(str(exc).split())}", file=sys.stderr)
         return 1
     if args.format == "json":

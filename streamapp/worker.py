@@ -108,14 +108,14 @@ def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _broker_url(address: str) -> str:
+def broker_url(address: str) -> str:
     return address if "://" in address else f"kafka://{address}"
 
 
 def use_broker_option(broker: str | None) -> None:
     """Make ``--broker`` the app's broker; before the app is imported, or Faust ignores it."""
     if broker:
-        os.environ["BROKER_URL"] = _broker_url(broker)
+        os.environ["BROKER_URL"] = broker_url(broker)
 
 
 def app_bootstrap(app: faust.App) -> str:

@@ -11,6 +11,7 @@ import pytest
 
 from examples.adclick.demo import build_parser as demo_parser
 from streamapp.cli import build_parser
+from streamapp.kafka.probe import free_port
 
 SCENARIOS = Path(__file__).resolve().parents[2] / "data" / "scenarios" / "shared"
 
@@ -123,3 +124,26 @@ def test_demo_help_explains_and_shows_defaults() -> None:
     assert "--workers WORKERS worker processes of the ad-click app (default: 3)" in text
     assert "--window-ms WINDOW_MS join window" in text and "(default: 10000)" in text
     assert "(default: None)" not in text
+
+
+def test_group_refusals_before_the_broker_are_one_line_and_exit_2() -> None:
+    nobody = f"127.0.0.1:{free_port()}"
+    for args, expected in (
+        (
+            ("--broker", nobody),
+            f"streamapp group: --broker {nobody} is not reachable ({nobody}: connection refused",
+        ),
+        (
+            ("--broker", nobody, "--max-warmup-replicas", "-1"),
+            "streamapp group: --max-warmup-replicas -1: max_warmup_replicas must not be negative",
+        ),
+        (
+            ("--broker", nobody, "--what-if", "leave"),
+            "streamapp group: --what-if 'leave': expected 'leave CLIENT_ID' or 'add N'",
+        ),
+    ):
+        result = _streamapp("group", "some-app", *args)
+        assert result.returncode == 2, result.stderr
+        assert result.stdout == ""
+        lines = result.stderr.splitlines()
+        assert len(lines) == 1 and lines[0].startswith(expected), result.stderr
