@@ -12,7 +12,7 @@ from mode.utils.futures import stampede
 
 from streamapp import assignment_wiring, transport
 from streamapp.bad_records import BadRecordPolicy, BadRecords
-from streamapp.settings import StreamappSettings
+from streamapp.settings import StreamappSettings, resolve
 from tables import clean_shutdown, damaged
 
 logger = logging.getLogger(__name__)
@@ -22,7 +22,8 @@ class App(faust.App):
     """A Faust app whose tables live in rocksdict stores and keep a standby replica.
 
     Use it exactly as a `faust.App`. The extra keyword arguments are streamapp's own settings
-    (see `StreamappSettings`); a worker started with ``streamapp worker`` may override them.
+    (docs/settings.md); a ``STREAMAPP_*`` variable or a ``streamapp worker`` option overrides
+    them (`streamapp.settings.resolve`).
     ``create_source_topics=True`` lets ``streamapp worker`` create the source topics its
     agents consume, from their declared partition counts, when they are missing (see
     `streamapp.topic_check`); by default a missing one refuses the start.
@@ -38,27 +39,35 @@ class App(faust.App):
         self,
         id: str,
         *,
-        num_standby_replicas: int = 1,
-        acceptable_recovery_lag: int = 10_000,
-        max_warmup_replicas: int = 2,
-        probing_rebalance_interval_s: float = 30.0,
-        capacity: int = 1,
-        create_source_topics: bool = False,
-        bad_record_policy: BadRecordPolicy | str = BadRecordPolicy.SKIP,
+        num_standby_replicas: int | None = None,
+        acceptable_recovery_lag: int | None = None,
+        max_warmup_replicas: int | None = None,
+        probing_rebalance_interval_s: float | None = None,
+        capacity: int | None = None,
+        create_source_topics: bool | None = None,
+        bad_record_policy: BadRecordPolicy | str | None = None,
         dead_letter_topic: str | None = None,
+        client_id: str | None = None,
+        host: str | None = None,
+        rack: str | None = None,
         **options: Any,
     ) -> None:
-        settings = StreamappSettings(
-            capacity=capacity,
-            num_standby_replicas=num_standby_replicas,
-            acceptable_recovery_lag=acceptable_recovery_lag,
-            max_warmup_replicas=max_warmup_replicas,
-            probing_rebalance_interval_s=probing_rebalance_interval_s,
-            create_source_topics=create_source_topics,
-            # A name is checked and turned into the enum by StreamappSettings.
-            bad_record_policy=bad_record_policy,  # type: ignore[arg-type]
-            dead_letter_topic=dead_letter_topic,
-        ).with_env()
+        # None is "not given": the default then comes from StreamappSettings, and a worker
+        # option or STREAMAPP_* variable may override what is given (settings.resolve).
+        self.streamapp_keywords: dict[str, object] = {
+            "num_standby_replicas": num_standby_replicas,
+            "acceptable_recovery_lag": acceptable_recovery_lag,
+            "max_warmup_replicas": max_warmup_replicas,
+            "probing_rebalance_interval_s": probing_rebalance_interval_s,
+            "capacity": capacity,
+            "create_source_topics": create_source_topics,
+            "bad_record_policy": bad_record_policy,
+            "dead_letter_topic": dead_letter_topic,
+            "client_id": client_id,
+            "host": host,
+            "rack": rack,
+        }
+        settings = resolve(self.streamapp_keywords)
         self.streamapp_settings = settings
         options.setdefault("store", "rocksdb://")
         options.setdefault("table_standby_replicas", settings.num_standby_replicas)

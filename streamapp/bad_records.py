@@ -189,15 +189,22 @@ class BadRecordCounts:
 
     def __init__(self) -> None:
         self._counts: dict[str, dict[str, int]] = {}
+        #: (what happened, topic, stage) -> records: the same counts by stage, for /metrics.
+        self.by_stage: dict[tuple[str, str, str], int] = {}
 
     def _topic(self, topic: str) -> dict[str, int]:
         return self._counts.setdefault(topic, {"skipped": 0, "dead_lettered": 0})
 
-    def skipped(self, topic: str) -> None:
-        self._topic(topic)["skipped"] += 1
+    def _count(self, what: str, topic: str, stage: Stage | None) -> None:
+        self._topic(topic)[what] += 1
+        key = (what, topic, stage.value if stage is not None else "unknown")
+        self.by_stage[key] = self.by_stage.get(key, 0) + 1
 
-    def dead_lettered(self, topic: str) -> None:
-        self._topic(topic)["dead_lettered"] += 1
+    def skipped(self, topic: str, stage: Stage | None = None) -> None:
+        self._count("skipped", topic, stage)
+
+    def dead_lettered(self, topic: str, stage: Stage | None = None) -> None:
+        self._count("dead_lettered", topic, stage)
 
     def as_json(self) -> dict[str, dict[str, int]]:
         return {topic: dict(counts) for topic, counts in sorted(self._counts.items())}
@@ -301,10 +308,10 @@ class BadRecords:
             return False
         if policy is BadRecordPolicy.DEAD_LETTER:
             topic = await self._send_dead_letter(record, message)
-            self.counts.dead_lettered(record.topic)
+            self.counts.dead_lettered(record.topic, record.stage)
             logger.warning("%s", record.dead_lettered_line(topic))
         else:
-            self.counts.skipped(record.topic)
+            self.counts.skipped(record.topic, record.stage)
             logger.warning("%s", record.skipped_line())
         return True
 

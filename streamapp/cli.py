@@ -10,7 +10,8 @@ from typing import NoReturn
 
 from streamapp.kafka.broker import DEFAULT_PORT, BrokerError, LocalKafka, broker_status
 from streamapp.kafka.release import KAFKA_VERSION, KafkaJarsError, resolve_kafka_jars
-from streamapp.worker import add_worker_arguments, run_worker
+from streamapp.settings import add_setting_options
+from streamapp.worker import WORKER_DESCRIPTION, add_worker_arguments, run_worker
 
 
 def _kafka(args: argparse.Namespace) -> int:
@@ -103,10 +104,71 @@ def _topics(args: argparse.Namespace) -> int:
     return 0
 
 
+def _group(args: argparse.Namespace) -> int:
+    """`streamapp group`: the whole group from the broker, and what a change would do."""
+    import asyncio
+    import json
+    import logging
+
+    from yarl import URL
+
+    from streamapp import group_view
+    from streamapp.group_read import BrokerUnavailable, read_live_group
+    from streamapp.group_scenario import GroupSettings
+    from streamapp.settings import SettingsError, options_from_args, resolve
+    from streamapp.worker import WorkerSetupError, broker_url, check_broker_reachable
+
+    def refuse(message: str) -> int:
+        print(f"streamapp group: {' '.join(message.split())}", file=sys.stderr)
+        return 2
+
+    # aiokafka logs each failed connection itself; the one line below says it for all of them.
+    logging.getLogger("aiokafka").addHandler(logging.NullHandler())
+    logging.getLogger("aiokafka").propagate = False
+    try:
+        change = group_view.parse_change(args.what_if) if args.what_if is not None else None
+        # No app here: the what-if plans with these options, else STREAMAPP_*, else defaults.
+        settings = resolve(options=options_from_args(args))
+        urls = [URL(broker_url(address)) for address in args.broker.split(",")]
+        check_broker_reachable(urls, f"--broker {args.broker}")
+        view, counts = asyncio.run(read_live_group(args.broker, args.app_id))
+        found = (
+            group_view.what_if(
+                view,
+                change,
+                topics=counts,
+                settings=GroupSettings(
+                    num_standbys=settings.num_standby_replicas,
+                    acceptable_recovery_lag=settings.acceptable_recovery_lag,
+                    max_warmup_replicas=settings.max_warmup_replicas,
+                ),
+            )
+            if change is not None
+            else None
+        )
+    except (group_view.GroupViewError, SettingsError, WorkerSetupError) as exc:
+        return refuse(str(exc))
+    except BrokerUnavailable as exc:
+        # Reachable, yet it did not answer: the broker's trouble, not a bad option.
+        print(f"streamapp group: {' '.join(str(exc).split())}", file=sys.stderr)
+        return 1
+    if args.format == "json":
+        out = group_view.group_json(view)
+        if found is not None:
+            out["what_if"] = group_view.what_if_json(found)
+        print(json.dumps(out, indent=2))
+    else:
+        print(group_view.format_group(view))
+        if found is not None:
+            print()
+            print(group_view.format_what_if(found))
+    return 0
+
+
 def _plan(args: argparse.Namespace) -> int:
     from assignor.cli import main as plan_main
 
-    return int(plan_main(["plan", *args.plan_args]))
+    return int(plan_main(["plan", *args.plan_args], prog="streamapp"))
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -135,7 +197,9 @@ def build_parser() -> argparse.ArgumentParser:
         dest="command", required=True, metavar="COMMAND", parser_class=_OneLineErrorParser
     )
 
-    worker = commands.add_parser("worker", help="run one worker process of a streamapp.App")
+    worker = commands.add_parser(
+        "worker", help="run one worker process of a streamapp.App", description=WORKER_DESCRIPTION
+    )
     add_worker_arguments(worker)
     worker.set_defaults(handler=run_worker)
 
@@ -166,23 +230,91 @@ def build_parser() -> argparse.ArgumentParser:
     )
     topics.set_defaults(handler=_topics)
 
-    kafka = commands.add_parser("kafka", help="a real local Kafka broker (KRaft, 127.0.0.1 only)")
-    kafka.add_argument(
-        "action",
-        choices=["start", "stop", "status", "fetch"],
-        help="start/stop/status the broker; fetch only resolves its jars",
+    kafka = commands.add_parser(
+        "kafka",
+        help="a real local Kafka broker (KRaft, 127.0.0.1 only)",
+        description=f"A real local Apache Kafka {KAFKA_VERSION} broker (KRaft mode, one "
+        "broker+controller, bound to 127.0.0.1 only), for development and the tests.",
     )
-    kafka.add_argument(
-        "--port", type=int, default=DEFAULT_PORT, help="listener port (default 9092)"
+    actions = kafka.add_subparsers(
+        dest="action", required=True, metavar="ACTION", parser_class=_OneLineErrorParser
     )
-    kafka.add_argument("--dir", help="data and log directory (default: under ~/.cache/streamapp)")
-    kafka.add_argument(
+
+    def port_option(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument(
+            "--port", type=int, default=DEFAULT_PORT, help="listener port (default: %(default)s)"
+        )
+
+    start = actions.add_parser(
+        "start",
+        help="start a broker and print its address",
+        description="Start a broker: resolve its jars through Maven Central on the first run, "
+        "format its storage, start it, wait until it answers, and print its bootstrap address "
+        "(127.0.0.1:PORT) as the last line. The broker keeps running after this exits; a broker "
+        "streamapp started that already runs on the port is reused.",
+    )
+    port_option(start)
+    start.add_argument(
+        "--dir",
+        help="data and log directory; the broker's log stays there as broker.log "
+        "(default: under ~/.cache/streamapp, or $STREAMAPP_CACHE)",
+    )
+    start.add_argument(
         "--timeout",
         type=float,
         default=90.0,
-        help="seconds to wait for the broker to answer (default 90)",
+        help="seconds to wait for the broker to answer (default: %(default)s)",
     )
-    kafka.set_defaults(handler=_kafka)
+    stop = actions.add_parser(
+        "stop",
+        help="stop the broker streamapp started on a port",
+        description="Stop the broker streamapp started on the port, by the pid it recorded "
+        "(never by process name), and wait for it to exit.",
+    )
+    port_option(stop)
+    status = actions.add_parser(
+        "status",
+        help="say whether a broker streamapp started runs on a port",
+        description="Say whether a broker streamapp started runs on the port, and where its "
+        "data is. Exit status 0 when it runs, 3 when it does not.",
+    )
+    port_option(status)
+    actions.add_parser(
+        "fetch",
+        help="only resolve the broker's jars (first run: through Maven Central)",
+        description="Resolve the pinned Kafka release's jars into the cache and print where.",
+    )
+    kafka.set_defaults(handler=_kafka, port=DEFAULT_PORT, dir=None, timeout=90.0)
+
+    group = commands.add_parser(
+        "group",
+        help="the whole group as the broker sees it: who holds what, replica lag; what-ifs",
+        description="Show a streamapp app's consumer group from the broker alone (no worker is "
+        "asked): each member's client id, host, rack and capacity, the active, standby and "
+        "warmup partitions it holds, each standby's and warmup's lag, the plan's generation and "
+        "the group protocol. With --what-if, plan the group as the leader would after the "
+        "change and show what would move and how many changelog records would be replayed.",
+    )
+    group.add_argument("app_id", metavar="APP_ID", help="the app's id (its consumer group)")
+    group.add_argument("--broker", required=True, help="Kafka bootstrap address, host:port")
+    group.add_argument(
+        "--format",
+        choices=["table", "json"],
+        default="table",
+        help="table for people, json for tools (default: table)",
+    )
+    group.add_argument(
+        "--what-if",
+        metavar="CHANGE",
+        help="'leave CLIENT_ID' (that worker stops) or 'add N' (N new workers, no local state)",
+    )
+    # The settings the leader plans with are the app's, which the broker does not have.
+    add_setting_options(
+        group,
+        ["num_standby_replicas", "acceptable_recovery_lag", "max_warmup_replicas"],
+        app=False,
+    )
+    group.set_defaults(handler=_group)
 
     plan = commands.add_parser(
         "plan",

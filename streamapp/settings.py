@@ -1,18 +1,24 @@
-"""streamapp's own worker settings, beside Faust's `app.conf`.
+"""streamapp's own worker settings, beside Faust's `app.conf`, and the one rule that sets them.
 
-They reach a worker process through ``STREAMAPP_*`` environment variables, which the
-``streamapp worker`` command sets from its options before the user's app module is imported;
-values given to `streamapp.App(...)` in code are the defaults those variables override.
-Names follow Kafka Streams where it has one (``num.standby.replicas``,
+Every setting can be given three ways, and where more than one is given the first of these wins:
+
+1. a ``streamapp worker`` option (``--num-standby-replicas 2``): this worker only;
+2. a ``STREAMAPP_<NAME>`` environment variable (``STREAMAPP_NUM_STANDBY_REPLICAS=2``);
+3. an ``App(...)`` keyword in the app's code (``App("myapp", num_standby_replicas=2)``);
+
+else the default. `resolve` is where that rule lives; `SETTINGS` is the one list of the
+settings, from which the worker's options, the environment variables and docs/settings.md's
+table follow. Names follow Kafka Streams where it has one (``num.standby.replicas``,
 ``acceptable.recovery.lag``, ``max.warmup.replicas``, ``probing.rebalance.interval.ms``).
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import socket
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, fields, replace
 from enum import Enum
 
 from streamapp.bad_records import BadRecordPolicy
@@ -70,29 +76,12 @@ class StreamappSettings:
 
     def with_env(self, env: Mapping[str, str] | None = None) -> StreamappSettings:
         """These settings with any ``STREAMAPP_<NAME>`` variables of ``env`` applied."""
-        env = os.environ if env is None else env
-        changes: dict[str, object] = {}
-        for name, convert in _CONVERTERS.items():
-            raw = env.get(ENV_PREFIX + name.upper())
-            if raw is None or raw == "":
-                continue
-            try:
-                changes[name] = convert(raw)
-            except ValueError:
-                choices = (
-                    f" (one of {', '.join(convert)})"
-                    if isinstance(convert, type) and issubclass(convert, Enum)
-                    else ""
-                )
-                raise SettingsError(
-                    f"{ENV_PREFIX}{name.upper()}={raw!r} is not a valid {convert.__name__}{choices}"
-                ) from None
-        return replace(self, **changes)  # type: ignore[arg-type]
+        return replace(self, **_env_values(os.environ if env is None else env))  # type: ignore[arg-type]
 
     def to_env(self) -> dict[str, str]:
         """The environment variables that carry these settings into a worker process."""
         env = {}
-        for name in _CONVERTERS:
+        for name in BY_NAME:
             value = getattr(self, name)
             if value is not None:
                 env[ENV_PREFIX + name.upper()] = str(value)
@@ -109,16 +98,208 @@ def boolean(raw: str) -> bool:
     raise ValueError(raw)
 
 
-_CONVERTERS: dict[str, Callable[[str], object]] = {
-    "client_id": str,
-    "host": str,
-    "rack": str,
-    "capacity": int,
-    "num_standby_replicas": int,
-    "acceptable_recovery_lag": int,
-    "max_warmup_replicas": int,
-    "probing_rebalance_interval_s": float,
-    "create_source_topics": boolean,
-    "bad_record_policy": BadRecordPolicy,
-    "dead_letter_topic": str,
-}
+@dataclass(frozen=True)
+class Setting:
+    """One streamapp setting: its name (the `App` keyword), how a string becomes its value."""
+
+    name: str
+    convert: Callable[[str], object]
+    help: str
+    #: The worker option, when it is not ``--`` + the name with dashes.
+    flag: str | None = None
+    metavar: str | None = None
+    #: The default in words, where the value alone would not say it.
+    default_text: str | None = None
+
+    @property
+    def option(self) -> str:
+        return self.flag or "--" + self.name.replace("_", "-")
+
+    @property
+    def env(self) -> str:
+        return ENV_PREFIX + self.name.upper()
+
+    @property
+    def default(self) -> object:
+        return _DEFAULTS[self.name]
+
+    @property
+    def shown_default(self) -> str:
+        """The default as the help and docs/settings.md say it."""
+        if self.default_text is not None:
+            return self.default_text
+        default = self.default
+        if isinstance(default, Enum):
+            return str(default.value)
+        if default is None:
+            return "none"
+        return str(default).lower() if isinstance(default, bool) else str(default)
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting(
+        "client_id",
+        str,
+        "this worker's identity across restarts; its local state and tasks follow it",
+        metavar="ID",
+        default_text="created once and kept in the data dir",
+    ),
+    Setting(
+        "host",
+        str,
+        "placement domain: standbys go to another host than the active",
+        default_text="this machine's hostname",
+    ),
+    Setting("rack", str, "wider placement domain: standbys on another rack when hosts run out"),
+    Setting("capacity", int, "this worker's relative share of work (at least 1)", metavar="N"),
+    Setting(
+        "num_standby_replicas",
+        int,
+        "standby replicas kept of each table partition, on other workers",
+        metavar="N",
+    ),
+    Setting(
+        "acceptable_recovery_lag",
+        int,
+        "changelog records a worker may be behind and still take over a task at once; "
+        "further behind, it warms up first",
+        metavar="RECORDS",
+    ),
+    Setting(
+        "max_warmup_replicas",
+        int,
+        "warmup replicas one rebalance may start (state copied before a task moves)",
+        metavar="N",
+    ),
+    Setting(
+        "probing_rebalance_interval_s",
+        float,
+        "seconds between follow-up rebalances while warmups catch up",
+        metavar="SECONDS",
+    ),
+    Setting(
+        "create_source_topics",
+        boolean,
+        "create missing source topics with the partition counts the app declares; off, a "
+        "missing source topic refuses the start, naming the `streamapp topics create` command",
+        flag="--create-topics",
+    ),
+    Setting(
+        "bad_record_policy",
+        BadRecordPolicy,
+        "what a record that cannot be decoded, or whose processing raises, does: skip it with "
+        "a warning, send it to the dead-letter topic, or fail (Faust's way: the agent crashes "
+        "and restarts)",
+    ),
+    Setting(
+        "dead_letter_topic",
+        str,
+        "where dead letters go",
+        metavar="TOPIC",
+        default_text="<app id>-dead-letters",
+    ),
+)
+
+_DEFAULTS: dict[str, object] = {f.name: f.default for f in fields(StreamappSettings)}
+BY_NAME: dict[str, Setting] = {s.name: s for s in SETTINGS}
+
+# The options of the `streamapp worker` of this process, set before the app module is imported
+# (an `App` resolves its settings as it is created; see `use_worker_options`).
+_worker_options: dict[str, object] = {}
+
+
+def use_worker_options(options: Mapping[str, object]) -> None:
+    """Make ``options`` (setting name -> value) this process's worker options for `resolve`."""
+    _worker_options.clear()
+    _worker_options.update(options)
+
+
+def resolve(
+    keywords: Mapping[str, object] | None = None,
+    *,
+    env: Mapping[str, str] | None = None,
+    options: Mapping[str, object] | None = None,
+) -> StreamappSettings:
+    """The settings: worker option, else ``STREAMAPP_*`` variable, else App keyword, else default.
+
+    ``keywords``: what the app's code gave `App(...)`; ``env``: the environment (default
+    ``os.environ``); ``options``: the worker's options (default: this process's, see
+    `use_worker_options`). A value ``None`` counts as not given. A value a setting cannot take
+    raises `SettingsError` naming where it came from (the option, variable or keyword).
+    """
+    given_options = dict(_worker_options if options is None else options)
+    environ = os.environ if env is None else env
+    layers: list[tuple[Mapping[str, object], Callable[[Setting, object], str]]] = [
+        (keywords or {}, lambda s, v: f"App({s.name}={v!r})"),
+        (_env_values(environ), lambda s, v: f"{s.env}={environ[s.env]!r}"),
+        (given_options, lambda s, v: f"{s.option} {v}"),
+    ]
+    values: dict[str, object] = {}
+    for layer, where in layers:  # lowest first: each later layer overrides
+        for name, value in layer.items():
+            if value is None:
+                continue
+            setting = BY_NAME.get(name)
+            if setting is None:
+                raise SettingsError(f"{name!r} is not a streamapp setting")
+            try:
+                StreamappSettings(**{name: value})  # type: ignore[arg-type]
+            except SettingsError as exc:
+                raise SettingsError(f"{where(setting, value)}: {exc}") from None
+            values[name] = value
+    return StreamappSettings(**values)  # type: ignore[arg-type]
+
+
+def _env_values(env: Mapping[str, str]) -> dict[str, object]:
+    """The settings ``env`` gives, converted (`SettingsError` naming a variable that won't)."""
+    values: dict[str, object] = {}
+    for setting in SETTINGS:
+        raw = env.get(setting.env)
+        if raw is None or raw == "":
+            continue
+        convert = setting.convert
+        try:
+            values[setting.name] = convert(raw)
+        except ValueError:
+            choices = (
+                f" (one of {', '.join(convert)})"
+                if isinstance(convert, type) and issubclass(convert, Enum)
+                else ""
+            )
+            raise SettingsError(
+                f"{setting.env}={raw!r} is not a valid {convert.__name__}{choices}"
+            ) from None
+    return values
+
+
+def add_setting_options(
+    parser: argparse.ArgumentParser, names: Iterable[str] | None = None, *, app: bool = True
+) -> None:
+    """Add an option for each setting in ``names`` (default: all), documented alike.
+
+    ``app``: the command runs an app, whose ``App(...)`` keywords come between the environment
+    and the default (`streamapp group` runs none: give it what the app sets).
+    """
+    for name in names if names is not None else BY_NAME:
+        setting = BY_NAME[name]
+        help_text = (
+            f"{setting.help} (env {setting.env}; "
+            + (f"else the app's {name}=; " if app else "")
+            + f"default: {setting.shown_default})"
+        )
+        kwargs: dict[str, object] = {"dest": name, "default": None, "help": help_text}
+        if setting.convert is boolean:
+            kwargs["action"] = argparse.BooleanOptionalAction
+        elif isinstance(setting.convert, type) and issubclass(setting.convert, Enum):
+            kwargs["choices"] = [member.value for member in setting.convert]
+        else:
+            kwargs["type"] = setting.convert
+            kwargs["metavar"] = setting.metavar or name.split("_")[-1].upper()
+        parser.add_argument(setting.option, **kwargs)  # type: ignore[arg-type]
+
+
+def options_from_args(args: argparse.Namespace) -> dict[str, object]:
+    """The settings the command line gave (options not given are left out)."""
+    return {
+        s.name: getattr(args, s.name) for s in SETTINGS if getattr(args, s.name, None) is not None
+    }

@@ -1,4 +1,4 @@
-"""The worker's introspection views: ``GET /streamapp/assignment`` (contracts/cli.md)."""
+"""The worker's views: ``GET /streamapp/assignment`` (what it holds) and ``GET /metrics``."""
 
 from __future__ import annotations
 
@@ -47,3 +47,12 @@ def register_views(app: Any) -> None:
     class AssignmentView(View):
         async def get(self, request: Request) -> Response:
             return self.json(assignment_view(self.app))
+
+    @app.page("/metrics")
+    class MetricsView(View):
+        async def get(self, request: Request) -> Response:
+            from streamapp import metrics
+
+            # prometheus_client's content type carries its own charset parameter.
+            content_type, _, _ = metrics.CONTENT_TYPE_LATEST.partition(";")
+            return self.bytes(metrics.render(self.app), content_type=content_type)

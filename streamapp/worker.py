@@ -34,7 +34,14 @@ import faust
 from yarl import URL
 
 from streamapp.bad_records import BadRecordPolicy
-from streamapp.settings import SettingsError, StreamappSettings
+from streamapp.settings import (
+    SettingsError,
+    StreamappSettings,
+    add_setting_options,
+    options_from_args,
+    resolve,
+    use_worker_options,
+)
 from tables.data_dir_lock import DataDirInUse, DataDirLock, lock_data_dir
 from tables.identity import ClientIdError, load_or_create_client_id
 
@@ -53,6 +60,16 @@ class WorkerSetupError(RuntimeError):
     """The worker cannot start as asked; the message names the option or app at fault."""
 
 
+WORKER_DESCRIPTION = (
+    "Run one worker process of a streamapp.App (Faust's worker underneath): it joins the "
+    "app's consumer group, runs the agents and tables of the partitions the group gives it, "
+    "and keeps standby replicas of others' table partitions. Options are checked before Faust "
+    "starts; a bad one is refused with one line and exit status 2. The streamapp settings "
+    "below can also be STREAMAPP_* variables or App(...) keywords: an option beats a "
+    "variable, which beats a keyword (docs/settings.md). Stop it with Ctrl-C or SIGTERM."
+)
+
+
 def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "-A",
@@ -63,50 +80,42 @@ def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--broker", help="Kafka bootstrap address (default: the app's broker)")
     parser.add_argument(
-        "--web-port", type=int, help="port of the worker's web views, incl. /streamapp/assignment"
+        "--web-port",
+        type=int,
+        help="port of the worker's web views: /streamapp/assignment (what it holds, what "
+        "recovery cost), /metrics (Prometheus) and the app's own pages (default: the app's "
+        "web_port, Faust's 6066 unless the app sets one; a second worker on one machine must be "
+        "given another, or it is refused because the port is taken)",
     )
-    parser.add_argument("--web-host", default="127.0.0.1", help="address the web views bind to")
+    parser.add_argument(
+        "--web-host",
+        default="127.0.0.1",
+        help="address the web views bind to (default: %(default)s)",
+    )
     parser.add_argument(
         "--data-dir",
         help="where tables' local state and the client id live "
         "(default: the app's datadir, '<app id>-data')",
     )
-    parser.add_argument(
-        "--client-id", help="stable identity across restarts (default: kept in the data dir)"
-    )
-    parser.add_argument("--host", help="placement domain for standbys (default: this hostname)")
-    parser.add_argument("--rack", help="wider placement domain for standbys (default: none)")
-    parser.add_argument("--capacity", type=int, help="relative share of work (default: 1)")
-    parser.add_argument(
-        "--create-topics",
-        action="store_true",
-        help="create missing source topics with the partition counts the app declares "
-        "(default: the app's create_source_topics, off; a missing source topic then "
-        "refuses the start, naming the `streamapp topics create` command)",
-    )
-    parser.add_argument(
-        "--bad-record-policy",
-        choices=[policy.value for policy in BadRecordPolicy],
-        help="what a record that cannot be decoded, or whose processing raises, does: "
-        "skip it with a warning, send it to the dead-letter topic, or fail (Faust's way: "
-        "the agent crashes and restarts) (default: the app's bad_record_policy, skip)",
-    )
+    # Every streamapp setting, from the one list of them (streamapp.settings.SETTINGS).
+    add_setting_options(parser)
     parser.add_argument(
         "-l",
         "--loglevel",
         default="info",
         choices=["debug", "info", "warning", "error", "critical"],
+        help="least severe log messages shown (Python's logging levels; default: info)",
     )
 
 
-def _broker_url(address: str) -> str:
+def broker_url(address: str) -> str:
     return address if "://" in address else f"kafka://{address}"
 
 
 def use_broker_option(broker: str | None) -> None:
     """Make ``--broker`` the app's broker; before the app is imported, or Faust ignores it."""
     if broker:
-        os.environ["BROKER_URL"] = _broker_url(broker)
+        os.environ["BROKER_URL"] = broker_url(broker)
 
 
 def app_bootstrap(app: faust.App) -> str:
@@ -145,6 +154,10 @@ def check_option_ranges(args: argparse.Namespace) -> None:
         )
     if args.web_port is not None and not 1 <= args.web_port <= 65535:
         raise WorkerSetupError(f"--web-port {args.web_port} is not a TCP port (1-65535)")
+    try:
+        resolve(env={}, options=options_from_args(args))
+    except SettingsError as exc:  # names the option: "--max-warmup-replicas -1: ..."
+        raise WorkerSetupError(str(exc)) from None
 
 
 def _option(flag: str, value: object, given: bool) -> str:
@@ -308,25 +321,18 @@ def prepare_worker(args: argparse.Namespace) -> faust.App:
         os.environ["WEB_PORT"] = str(args.web_port)
     os.environ["WEB_BIND"] = args.web_host
     os.environ["WEB_HOST"] = args.web_host
-    for option, name in (
-        ("host", "HOST"),
-        ("rack", "RACK"),
-        ("capacity", "CAPACITY"),
-        ("bad_record_policy", "BAD_RECORD_POLICY"),
-    ):
-        value = getattr(args, option)
-        if value is not None:
-            os.environ[f"STREAMAPP_{name}"] = str(value)
+    # The app resolves its settings as its module creates it: the options must be known first.
+    use_worker_options(options_from_args(args))
     app = import_app(args.app)
     data_dir = Path(app.conf.datadir).absolute()
     prepare_data_dir(data_dir, _option("--data-dir", data_dir, bool(args.data_dir)))
     # Before the client id file, the ownership record or any store is opened: from here
     # on, this process is the only one working in the data dir.
     lock_worker_data_dir(data_dir)
-    base = getattr(app, "streamapp_settings", None)
     try:
-        settings = (base or StreamappSettings()).with_env()
-        client_id = load_or_create_client_id(data_dir, args.client_id or settings.client_id)
+        # A plain faust.App has none of its own: its settings come from options and env alone.
+        settings = getattr(app, "streamapp_settings", None) or resolve()
+        client_id = load_or_create_client_id(data_dir, settings.client_id)
     except (SettingsError, ClientIdError) as exc:
         raise WorkerSetupError(str(exc)) from exc
     app.streamapp_settings = replace(settings, client_id=client_id)  # type: ignore[attr-defined]
@@ -378,7 +384,8 @@ def check_topics(app: faust.App, args: argparse.Namespace) -> None:
     if not declared.sources:
         return
     settings: StreamappSettings | None = getattr(app, "streamapp_settings", None)
-    create = bool(args.create_topics) or (settings is not None and settings.create_source_topics)
+    # --create-topics, STREAMAPP_CREATE_SOURCE_TOPICS or the app's keyword (settings.resolve).
+    create = settings is not None and settings.create_source_topics
     bootstrap = app_bootstrap(app)
     try:
         report = asyncio.run(topic_check.check_source_topics(bootstrap, declared, create=create))

@@ -56,28 +56,62 @@ class DemoResult:
         )
 
 
+class _ShowDefaults(argparse.ArgumentDefaultsHelpFormatter):
+    """Each option's default in its help, except "none" and "off", which say nothing."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.default is None or action.default is False:
+            return action.help
+        return super()._get_help_string(action)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="streamapp demo",
-        description="The ad-click join end to end on a local broker, with a worker crash.",
+        description="The ad-click join end to end on a local broker, with a worker crash: "
+        "produce impressions and clicks, join them in --workers workers, kill one mid-run and "
+        "restart it, then reconcile the output on Spark against a batch join.",
+        # Every option's default in its help: the demo's knobs are what a reader tries first.
+        formatter_class=_ShowDefaults,
     )
     p.add_argument("--events", type=int, default=30_000, help="records to produce")
     p.add_argument("--rate", type=float, default=500.0, help="records per second")
-    p.add_argument("--late-fraction", type=float, default=0.05, help="of clicks")
-    p.add_argument("--seed", type=int, default=7)
-    p.add_argument("--workers", type=int, default=3)
+    p.add_argument(
+        "--late-fraction", type=float, default=0.05, help="share of clicks later than the window"
+    )
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=7,
+        help="seed of the synthetic traffic: one seed, the same records (ids, times, keys)",
+    )
+    p.add_argument("--workers", type=int, default=3, help="worker processes of the ad-click app")
     p.add_argument("--partitions", type=int, default=6, help="of impressions and clicks")
-    p.add_argument("--window-ms", type=int, default=10_000)
+    p.add_argument(
+        "--window-ms",
+        type=int,
+        default=10_000,
+        help="join window: a click joins its impression when at most this many milliseconds "
+        "later (event time)",
+    )
     p.add_argument(
         "--kill-at", type=float, default=0.4, help="kill a worker after this share of the events"
     )
-    p.add_argument("--down-seconds", type=float, default=3.0, help="before restarting it")
+    p.add_argument(
+        "--down-seconds", type=float, default=3.0, help="how long the killed worker stays down"
+    )
     p.add_argument("--exactly-once", action="store_true", help="processing_guarantee=exactly_once")
     p.add_argument("--bootstrap", help="use this broker instead of starting one")
     p.add_argument("--port", type=int, default=0, help="port of the broker started (0: free)")
-    p.add_argument("--data-dir", type=Path, help="broker and worker state (default: a temp dir)")
-    p.add_argument("--report-dir", type=Path, default=Path("reports/adclick"))
-    p.add_argument("--timeout", type=float, default=600.0, help="for the output to complete")
+    p.add_argument(
+        "--data-dir", type=Path, help="broker and worker state (a temp dir when not given)"
+    )
+    p.add_argument(
+        "--report-dir", type=Path, default=Path("reports/adclick"), help="where the report goes"
+    )
+    p.add_argument(
+        "--timeout", type=float, default=600.0, help="seconds to wait for the output to complete"
+    )
     return p
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from assignor import plan
 from assignor.cli import main
 
 REPO = Path(__file__).resolve().parents[3]
@@ -52,12 +53,61 @@ def test_table_shows_members_groups_and_stats(
 ) -> None:
     assert main(["plan", _write(tmp_path, json.dumps(SCENARIO)), "--format", "table"]) == 0
     out = capsys.readouterr().out
-    header, _rule, row_a, row_b = out.splitlines()[:4]
-    assert header.split() == ["member", "client", "host", "g0", "active", "standby", "warmup"]
-    assert row_a.split() == ["m-a", "worker-a", "host-a", "2", "2", "2", "0"]
-    assert row_b.split() == ["m-b", "worker-b", "host-b", "2", "2", "2", "0"]
-    assert "g0: 4 tasks, stateful: orders, orders-changelog" in out
+    lines = out.splitlines()
+    # The columns are explained before the table, not after it.
+    header_at = next(i for i, line in enumerate(lines) if line.startswith("member "))
+    assert any(line.startswith("columns: g0, g1, ...") for line in lines[:header_at])
+    assert "g0: 4 tasks, stateful: orders, orders-changelog" in lines[:header_at]
+    header, _rule, row_a, row_b = lines[header_at : header_at + 4]
+    assert header.split() == [
+        *("member", "client", "host", "rack", "g0", "active", "standby", "warmup"),
+    ]
+    assert row_a.split() == ["m-a", "worker-a", "host-a", "-", "2", "2", "2", "0"]
+    assert row_b.split() == ["m-b", "worker-b", "host-b", "-", "2", "2", "2", "0"]
     assert "standbys_missing: 0" in out and "moved_active: 0" in out
+
+
+def test_table_lists_each_members_tasks_in_natural_order(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    members = {
+        f"member-{n}": {
+            "client_id": f"w{n}",
+            "rack": f"rack-{n % 2}",
+            "subscription": ["orders", "orders-changelog"],
+        }
+        for n in (10, 2, 1)
+    }
+    scenario = {
+        "topics": {"orders": 6, "orders-changelog": 6},
+        "changelog_topics": ["orders-changelog"],
+        "num_standbys": 1,
+        "members": members,
+    }
+    assert main(["plan", _write(tmp_path, json.dumps(scenario)), "--format", "table"]) == 0
+    out = capsys.readouterr().out
+    rows = [line.split() for line in out.splitlines() if line.startswith("member-")]
+    # One row in the table, one line of tasks: each member twice, member-2 before member-10.
+    assert [r[0] for r in rows] == ["member-1", "member-2", "member-10"] * 2
+    assert rows[0][3] == "rack-1" and rows[2][3] == "rack-0"
+    result = plan(scenario)
+    for row in rows[3:]:
+        share = result["members"][row[0]]
+        assert row[1:3] == ["active", f"g0[{','.join(map(str, share['active']['orders']))}]"]
+        standby = share["standby"]["orders-changelog"]
+        assert row[3:5] == ["standby", f"g0[{','.join(map(str, standby))}]"]
+        assert row[5:] == ["warmup", "-"]
+
+
+def test_plan_help_names_the_command_and_explains_format(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["plan", "--help"], prog="streamapp") == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: streamapp plan ")
+    assert "docs/assignment-rules.md" in out  # where the scenario format is
+    format_help = " ".join(out[out.index("\n  --format") :].split())
+    assert "table: for people" in format_help and "json: the result object" in format_help
 
 
 def test_strategy_option_and_stdin(
@@ -104,7 +154,7 @@ def test_missing_file_through_python_dash_m(tmp_path: Path) -> None:
 @pytest.mark.parametrize("strategy", ["stateful", "faust"])
 def test_same_answer_whatever_the_hash_seed(tmp_path: Path, strategy: str) -> None:
     """Rule 8 across processes: set iteration order must not leak into results."""
-    scenario = REPO.parent / "shared" / "scenarios" / "adclick-scale-out.json"
+    scenario = REPO / "tests" / "data" / "scenarios" / "shared" / "adclick-scale-out.json"
     outputs = []
     for seed in ("1", "2"):
         run = subprocess.run(

@@ -1,11 +1,19 @@
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import subprocess
 import sys
 from pathlib import Path
 
-SCENARIOS = Path(__file__).resolve().parents[3].parent / "shared" / "scenarios"
+import pytest
+
+from examples.adclick.demo import build_parser as demo_parser
+from streamapp.cli import build_parser
+from streamapp.kafka.probe import free_port
+
+SCENARIOS = Path(__file__).resolve().parents[2] / "data" / "scenarios" / "shared"
 
 
 def _streamapp(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
@@ -53,3 +61,89 @@ def test_kafka_status_when_nothing_runs(tmp_path: Path) -> None:
     )
     assert result.returncode == 3
     assert result.stdout.startswith("not running")
+
+
+# -- every command's --help says what it does and what each option means --
+
+
+def _help(*command: str) -> str:
+    """The --help text of a `streamapp` command, with its line wrapping undone."""
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), pytest.raises(SystemExit):
+        build_parser().parse_args([*command, "--help"])
+    return " ".join(out.getvalue().split())
+
+
+def test_worker_help_describes_the_worker_and_every_option() -> None:
+    text = _help("worker")
+    assert "Run one worker process of a streamapp.App" in text
+    assert "-l {debug,info,warning,error,critical}, --loglevel" in text
+    assert "least severe log messages shown" in text
+    # What happens without --web-port.
+    assert "default: the app's web_port, Faust's 6066 unless the app sets one" in text
+    for option in (
+        "--num-standby-replicas N",
+        "--acceptable-recovery-lag RECORDS",
+        "--max-warmup-replicas N",
+        "--probing-rebalance-interval-s SECONDS",
+        "--dead-letter-topic TOPIC",
+    ):
+        assert option in text
+
+
+def test_kafka_start_help_is_its_own() -> None:
+    text = _help("kafka", "start")
+    assert text.startswith("usage: streamapp kafka start [-h] [--port PORT] [--dir DIR]")
+    assert "print its bootstrap address (127.0.0.1:PORT) as the last line" in text
+    assert "--timeout TIMEOUT seconds to wait for the broker to answer (default: 90.0)" in text
+    assert _help("kafka", "stop").startswith("usage: streamapp kafka stop [-h] [--port PORT]")
+
+
+def test_group_help_names_what_it_shows() -> None:
+    text = _help("group")
+    assert text.startswith("usage: streamapp group [-h] --broker BROKER [--format {table,json}]")
+    assert "'leave CLIENT_ID' (that worker stops) or 'add N'" in text
+    assert "default: table" in text
+
+
+def test_plan_help_through_streamapp() -> None:
+    result = _streamapp("plan", "--help")
+    assert result.returncode == 0
+    assert result.stdout.startswith("usage: streamapp plan ")
+    assert "docs/assignment-rules.md" in " ".join(result.stdout.split())
+
+
+def test_demo_help_explains_and_shows_defaults() -> None:
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), pytest.raises(SystemExit):
+        demo_parser().parse_args(["--help"])
+    text = " ".join(out.getvalue().split())
+    assert "--seed SEED seed of the synthetic traffic" in text and "(default: 7)" in text
+    assert "--workers WORKERS worker processes of the ad-click app (default: 3)" in text
+    assert "--window-ms WINDOW_MS join window" in text and "(default: 10000)" in text
+    assert "(default: None)" not in text
+
+
+def test_group_refusals_before_the_broker_are_one_line_and_exit_2() -> None:
+    nobody = f"127.0.0.1:{free_port()}"
+    for args, expected in (
+        (
+            ("--broker", nobody),
+            f"streamapp group: --broker {nobody} is not reachable ({nobody}: connection refused",
+        ),
+        (
+            ("--broker", nobody, "--max-warmup-replicas", "-1"),
+            "streamapp group: --max-warmup-replicas -1: max_warmup_replicas must not be negative",
+        ),
+        (
+            ("--broker", nobody, "--what-if", "leave"),
+            "streamapp group: --what-if 'leave': expected 'leave CLIENT_ID' or 'add N'",
+        ),
+    ):
+        result = _streamapp("group", "some-app", *args)
+        assert result.returncode == 2, result.stderr
+        assert result.stdout == ""
+        lines = result.stderr.splitlines()
+        assert len(lines) == 1 and lines[0].startswith(expected), result.stderr

@@ -55,7 +55,9 @@ def app_dir(tmp_path: Path) -> Path:
     return directory
 
 
-def _worker(app_dir: Path, *options: str) -> subprocess.CompletedProcess[str]:
+def _worker(
+    app_dir: Path, *options: str, env_extra: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     if "--web-port" not in options:
         # Not the app's default (6066): a worker of another test run may hold that one.
         options = (*options, "--web-port", str(_free_port()))
@@ -67,6 +69,7 @@ def _worker(app_dir: Path, *options: str) -> subprocess.CompletedProcess[str]:
         and not k.startswith("STREAMAPP_")
     }
     env["PYTHONPATH"] = str(REPO)
+    env.update(env_extra or {})
     return subprocess.run(
         [sys.executable, "-m", "streamapp", "worker", "-A", "fault_test_app:app", *options],
         cwd=app_dir,
@@ -106,6 +109,34 @@ def test_capacity_below_one(app_dir: Path, tmp_path: Path, capacity: str) -> Non
 def test_capacity_that_is_not_a_number(app_dir: Path) -> None:
     line = _refusal(_worker(app_dir, "--capacity", "lots"))
     assert "argument --capacity: invalid int value: 'lots'" in line
+
+
+def test_a_setting_option_out_of_range_is_named(app_dir: Path, tmp_path: Path) -> None:
+    line = _refusal(
+        _worker(app_dir, "--max-warmup-replicas", "-1", "--data-dir", str(tmp_path / "d"))
+    )
+    assert line == (
+        "streamapp worker: --max-warmup-replicas -1: max_warmup_replicas must not be negative, "
+        "got -1"
+    )
+    assert not (tmp_path / "d").exists()
+
+
+def test_a_setting_variable_out_of_range_is_named(
+    app_dir: Path, tmp_path: Path, no_broker: str
+) -> None:
+    result = _worker(
+        app_dir,
+        "--broker",
+        no_broker,
+        "--data-dir",
+        str(tmp_path / "d"),
+        env_extra={"STREAMAPP_PROBING_REBALANCE_INTERVAL_S": "0"},
+    )
+    assert _refusal(result) == (
+        "streamapp worker: -A 'fault_test_app:app': STREAMAPP_PROBING_REBALANCE_INTERVAL_S='0': "
+        "probing_rebalance_interval_s must be positive, got 0.0"
+    )
 
 
 def test_web_port_out_of_range(app_dir: Path, tmp_path: Path) -> None:
