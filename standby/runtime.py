@@ -32,6 +32,7 @@ from standby.followup import FollowupScheduler
 from standby.lag import FalseOffsets, OffsetReportCheck, Readiness, lags
 from standby.progress import ProgressMeter
 from standby.recovery_meter import RecoveryMeter
+from streamapp.faust_compat.access import group_coordinator, request_rejoin
 
 logger = logging.getLogger(__name__)
 
@@ -326,16 +327,13 @@ class ReplicaRuntime:
 
     def request_rebalance(self) -> None:
         """Ask the group to rebalance, on the consumer thread that owns the coordinator."""
-        thread = self.app.consumer._thread
-        coordinator = thread._consumer._coordinator
-        thread.thread_loop.call_soon_threadsafe(coordinator.request_rejoin)
+        request_rejoin(self.app)
 
     # -- introspection --
 
     def member(self) -> tuple[str | None, int | None]:
         """Kafka's member id and generation of this worker, if it is in a group now."""
-        try:
-            coordinator = self.app.consumer._thread._consumer._coordinator
-        except AttributeError:
+        coordinator = group_coordinator(self.app)
+        if coordinator is None:
             return None, None
         return coordinator.member_id, coordinator.generation

@@ -6,19 +6,18 @@ import logging
 from pathlib import Path
 from typing import Any
 
-import faust
-from faust.types import ProducerT, TransportT
-from mode.utils.futures import stampede
-
-from streamapp import assignment_wiring, transport
+from streamapp import assignment_wiring
 from streamapp.bad_records import BadRecordPolicy, BadRecords
+from streamapp.faust_compat.access import consumer_if_created
+from streamapp.faust_compat.app import FaustApp
+from streamapp.faust_compat.transport import Consumer as StreamappConsumer
 from streamapp.settings import StreamappSettings, resolve
 from tables import clean_shutdown, damaged
 
 logger = logging.getLogger(__name__)
 
 
-class App(faust.App):
+class App(FaustApp):
     """A Faust app whose tables live in rocksdict stores and keep a standby replica.
 
     Use it exactly as a `faust.App`. The extra keyword arguments are streamapp's own settings
@@ -85,33 +84,6 @@ class App(faust.App):
         self.streamapp_bad_records = BadRecords(self)
         assignment_wiring.install(self)
 
-    async def maybe_start_producer(self) -> ProducerT:
-        """Faust's, without its three event-loop round trips on every call.
-
-        Faust runs this for every record it produces (table changelogs included), behind
-        `mode.utils.futures.stampede`, which yields to the event loop three times per call
-        even when the producer runs already; Faust's producer buffer sends its records one
-        at a time, so those round trips bounded how fast table writes reached Kafka. Once
-        the producer has started, the answer is known without waiting for anything.
-        """
-        if self.in_transaction:
-            return self.consumer.transactions
-        producer = self.producer
-        if producer.started:
-            return producer
-        return await self._start_producer()
-
-    # Faust's body, stampede-protected under its own name: `stampede` caches its wrapper in
-    # the instance's __dict__ by the function's name, which must not shadow the method above.
-    async def _start_producer(self) -> ProducerT:
-        return await faust.App.maybe_start_producer.__wrapped__(self)  # type: ignore[no-any-return]
-
-    _start_producer = stampede(_start_producer)
-
-    def _new_transport(self) -> TransportT:
-        # Faust's, except that the consumer runs our assignor even without tables or standbys.
-        return assignment_wiring.new_transport(self)
-
     async def on_first_start(self) -> None:
         await super().on_first_start()
         if not self.client_only:
@@ -130,8 +102,8 @@ class App(faust.App):
         await super().on_shutdown()
         if self.client_only or self.crashed:
             return
-        consumer = self._consumer
-        if isinstance(consumer, transport.Consumer) and consumer.all_progress_committed():
+        consumer = consumer_if_created(self)
+        if isinstance(consumer, StreamappConsumer) and consumer.all_progress_committed():
             clean_shutdown.mark_clean_shutdown(Path(self.conf.tabledir))
         else:
             logger.info(

@@ -5,8 +5,6 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from faust.types import TransportT
-
 from standby.runtime import ReplicaRuntime
 from streamapp.web import register_views
 
@@ -14,14 +12,6 @@ from streamapp.web import register_views
 PARTITION_ASSIGNOR = "streamapp.partition_assignor:StreamappPartitionAssignor"
 #: How often replica lag is measured and the follow-up rebalance considered.
 TICK_S = 1.0
-
-
-def new_transport(app: Any) -> TransportT:
-    """The app's consumer transport: Faust's aiokafka one that always uses our assignor."""
-    from streamapp.transport import Transport
-
-    # As faust.App._new_transport does it: every consumer broker URL, no loop (resolved lazily).
-    return Transport(app.conf.broker_consumer, app)
 
 
 def install(app: Any) -> None:

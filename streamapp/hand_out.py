@@ -3,11 +3,11 @@
 Faust's fetch loop drops a record only when its offset is below the last one it read, and its
 post-rebalance seek sets that mark back to the committed offset. So a record fetched a second
 time within one generation reaches the streams again. In the ad-click demo this happened when
-Faust resumed stream partitions before seeking them (fixed in ``streamapp.transport``): under
-exactly_once the second processing repeated output in a transaction that could commit. Kafka
-Streams processes a task's records in offset order, each once per incarnation of the task; this
-ledger holds the hand-out to the same rule, so no other path to a second delivery can repeat
-output either.
+Faust resumed stream partitions before seeking them (fixed in
+``streamapp.faust_compat.transport``): under exactly_once the second processing repeated
+output in a transaction that could commit. Kafka Streams processes a task's records in offset
+order, each once per incarnation of the task; this ledger holds the hand-out to the same rule,
+so no other path to a second delivery can repeat output either.
 
 A record of an older generation than the consumer's is refused too: Faust's stream would skip it
 and ack it unprocessed, and a commit could then cover it. After a rebalance the partition is read

@@ -32,7 +32,6 @@ from aiokafka.coordinator.protocol import (
     ConsumerProtocolMemberAssignment,
     ConsumerProtocolMemberMetadata,
 )
-from faust.assignor import PartitionAssignor
 from faust.assignor.client_assignment import ClientAssignment
 
 import assignor
@@ -47,6 +46,8 @@ from assignor.metadata_codec import (
     encode_metadata,
 )
 from standby.runtime import ReplicaRuntime
+from streamapp.faust_compat.access import assignor_url, install_assignment
+from streamapp.faust_compat.assignor import FaustPartitionAssignor
 from streamapp.group_scenario import (
     CheckedFacts,
     GroupSettings,
@@ -91,7 +92,7 @@ LIAR_REFUSED = (
 )
 
 
-class StreamappPartitionAssignor(PartitionAssignor):
+class StreamappPartitionAssignor(FaustPartitionAssignor):
     """Set as ``streamapp.App``'s ``PartitionAssignor``."""
 
     #: The `assignor.plan` strategy the leader runs.
@@ -155,7 +156,7 @@ class StreamappPartitionAssignor(PartitionAssignor):
         settings = self.settings
         own = MemberMetadata(
             client_id=self.client_id,
-            url=str(self._url),
+            url=assignor_url(self),
             host=settings.host,
             rack=settings.rack,
             capacity=settings.capacity,
@@ -176,7 +177,7 @@ class StreamappPartitionAssignor(PartitionAssignor):
 
     # -- the leader --
 
-    def _perform_assignment(
+    def plan_group(
         self,
         cluster: ClusterMetadata,
         member_metadata: Mapping[str, ConsumerProtocolMemberMetadata],
@@ -379,12 +380,13 @@ class StreamappPartitionAssignor(PartitionAssignor):
             for topic, partitions in part.items():
                 replicas[topic] = sorted({*replicas.get(topic, []), *partitions})
         self._share = share
-        self._assignment = ClientAssignment(
-            actives={t: list(ps) for t, ps in share.active.items()}, standbys=replicas
+        install_assignment(
+            self,
+            ClientAssignment(
+                actives={t: list(ps) for t, ps in share.active.items()}, standbys=replicas
+            ),
+            share.topic_groups,
         )
-        self._active_tps = self._assignment.active_tps
-        self._standby_tps = self._assignment.standby_tps
-        self._topic_groups = dict(share.topic_groups)
         self.changelog_distribution = {
             url: {t: list(ps) for t, ps in tps.items() if t in changelogs}
             for url, tps in share.actives_by_url.items()

@@ -25,7 +25,7 @@ store that is missing records its offsets claim (updates lost: issue 11):
    fresh standby promoted later held a few hundred of its thousand records. The queue is now
    emptied only at a revocation, when what it holds belongs to the old assignment and every
    changelog partition is sought afresh; records fetched under an earlier generation are
-   dropped as they arrive (`streamapp.transport.Consumer`).
+   dropped as they arrive (`streamapp.faust_compat.transport.Consumer`).
 
 Kafka Streams keeps its checkpoint strictly behind the data it covers. The same rule here: before
 stream processing resumes, every buffered record is written to its store and the actives'

@@ -1,15 +1,11 @@
 """Where `tables.damaged` meets Faust's rocksdb ``Store``: close a partition's store, set it aside.
 
-Faust's store keeps one open rocksdict handle per partition in ``Store._dbs`` and opens a missing
-one on first use, creating an empty store. So a store set aside while the worker runs must first
-leave ``_dbs`` and be closed (RocksDB holds its directory's ``LOCK``); the next use then creates
-a fresh store, which recovery fills from the changelog.
-
-Faust private names touched here, each because no public API does the job:
-
-- ``faust.stores.rocksdb.Store._dbs``: the open handles (which partition is open; closing one).
-- ``faust.stores.rocksdb.Store._key_index``: its key -> partition cache; entries of a
-  set-aside store would send reads to a partition it no longer has.
+Faust's store keeps one open rocksdict handle per partition and opens a missing one on first
+use, creating an empty store. So a store set aside while the worker runs must first leave the
+open handles and be closed (RocksDB holds its directory's ``LOCK``), and the store's key ->
+partition cache must forget it (its entries would send reads to a partition it no longer has);
+the next use then creates a fresh store, which recovery fills from the changelog. No public
+Faust API does either: `streamapp.faust_compat.access` does it.
 """
 
 from __future__ import annotations
@@ -23,6 +19,7 @@ from faust.stores.rocksdb import Store as RocksDBStore
 from faust.types import TP
 from faust.types.tables import CollectionT
 
+from streamapp.faust_compat.access import forget_store_partition, open_store_partitions
 from tables.damaged import beyond_partition_count, move_aside, unreadable_because
 from tables.inventory import STORE_NAME
 
@@ -53,9 +50,7 @@ def close_and_move_aside(table: CollectionT, partition: int) -> Path | None:
     store = rocksdb_store(table)
     if store is None:
         return None
-    db: Any = store._dbs.pop(partition, None)  # Faust private: see the module docs
-    # A cache only: emptied whole, it costs a lookup per key, never a wrong answer.
-    store._key_index.clear()  # Faust private: see the module docs
+    db: Any = forget_store_partition(store, partition)
     if db is not None:
         db.close()
         del db
@@ -77,7 +72,7 @@ def set_aside_unreadable(table: CollectionT, tps: Iterable[TP]) -> list[Path]:
     topic = changelog_topic(table)
     moved: list[Path] = []
     for partition in sorted({tp.partition for tp in tps if tp.topic == topic}):
-        if partition in store._dbs:  # Faust private: see the module docs
+        if partition in open_store_partitions(store):
             continue
         path = store.partition_path(partition)
         error = unreadable_because(path) if path.is_dir() else None
@@ -117,7 +112,7 @@ def set_aside_beyond_partition_count(table: CollectionT, partition_count: int | 
         partition = int(match["partition"])
         if not beyond_partition_count(partition, partition_count):
             continue
-        if partition in store._dbs:  # Faust private: see the module docs
+        if partition in open_store_partitions(store):
             continue
         target = move_aside(path)
         logger.warning(

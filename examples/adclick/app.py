@@ -19,6 +19,7 @@ import logging
 import sys
 from typing import Any
 
+from faust.types import TP
 from mode import BaseSignalT
 
 from examples.adclick import join
@@ -27,6 +28,7 @@ from examples.adclick.model import DecodeError, decode_attribution, decode_click
 from examples.adclick.model import encode as encode_record
 from examples.adclick.topology import CopartitionError, Topology, check_copartitioned
 from streamapp import App
+from streamapp.faust_compat import access as faust_compat_access
 
 log = logging.getLogger(__name__)
 
@@ -190,8 +192,7 @@ async def _send(
     if not app.in_transaction:
         await topic.send(key=key, value=value, headers=headers)
         return
-    group = app.assignor.group_for_topic(source.topic)
-    transactional_id = f"{app.conf.id}-{group}-{source.partition}"
+    transactional_id = faust_compat_access.transactional_id(app, TP(source.topic, source.partition))
     producer = app.consumer.transactions.producer
     await producer.send(
         topic.get_topic_name(), key, value, None, None, headers, transactional_id=transactional_id

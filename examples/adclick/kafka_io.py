@@ -11,6 +11,8 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import TopicAlreadyExistsError
 
+from streamapp.faust_compat.access import refresh_metadata
+
 
 @dataclass(frozen=True)
 class TopicRecord:
@@ -63,8 +65,7 @@ async def partition_counts(bootstrap: str, topics: Iterable[str]) -> dict[str, i
 
 
 async def _partitions_for(consumer: AIOKafkaConsumer, topic: str) -> set[int]:
-    # Fresh metadata: a topic created a moment ago may not be in the cached view yet.
-    await consumer._client.force_metadata_update()
+    await refresh_metadata(consumer)
     return consumer.partitions_for_topic(topic) or set()
 
 

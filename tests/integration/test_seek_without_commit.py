@@ -21,7 +21,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.structs import OffsetAndMetadata
 
-from streamapp.transport import ConsumerThread
+from streamapp.faust_compat.transport import ConsumerThread
 from tests.integration.apps.rebalance_io import create_topic
 
 RECORDS = 20

@@ -16,7 +16,7 @@ from aiokafka.consumer.subscription_state import SubscriptionState
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP
 
-from streamapp.transport import ConsumerThread
+from streamapp.faust_compat.transport import ConsumerThread
 
 STREAM = TP("clicks", 0)
 

@@ -13,7 +13,7 @@ from faust.transport.drivers.aiokafka import Consumer as FaustConsumer
 from faust.types import TP
 from intervaltree import IntervalTree
 
-from streamapp.transport import Consumer
+from streamapp.faust_compat.transport import Consumer
 
 TOPIC = TP("repartitioned", 0)
 # Records read from a topic written under exactly_once: the commit markers of the

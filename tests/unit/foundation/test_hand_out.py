@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from faust.types import TP
 
+from streamapp.faust_compat.transport import IN_FETCH_LOOP, Consumer
 from streamapp.hand_out import HandOutLedger, Refusal
-from streamapp.transport import IN_FETCH_LOOP, Consumer
 
 IMPRESSIONS = TP("impressions", 3)
 CLICKS = TP("clicks", 3)

@@ -1,0 +1,129 @@
+"""The one place streamapp touches private names of Faust (faust-streaming) and aiokafka.
+
+streamapp corrects and extends Faust in a few places that Faust does not open to users: its
+consumer's fetch, commit and rebalance paths (`streamapp.faust_compat.transport`), its
+assignor's hand-over of an assignment and its RocksDB store's open handles
+(`streamapp.faust_compat.access`). Every private name those rely on is listed in
+`PRIVATE_NAMES` below, and nowhere else in streamapp is one named (a unit test reads every
+module for them).
+
+At import, this package checks that the installed Faust and aiokafka are the versions these
+touch points were written against, and that each listed name still exists. Anything else
+stops the worker with one line naming what changed, rather than letting a patch silently
+miss (an override of a renamed method is never called) or double-correct (a Faust fix under
+our own). Set ``STREAMAPP_SKIP_FAUST_CHECK=1`` to try other versions at your own risk.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import os
+from importlib import metadata
+
+#: The releases every touch point was checked against (pyproject.toml pins the same).
+PINNED_VERSIONS = {"faust-streaming": "0.15.3", "aiokafka": "0.14.0"}
+
+#: ``module:Class`` -> the private names streamapp reads, writes or overrides on it (or on an
+#: instance of it). A name is found as a class attribute or as ``self.<name>`` in the source of
+#: the class or one of its bases.
+PRIVATE_NAMES: dict[str, tuple[str, ...]] = {
+    "faust.transport.drivers.aiokafka:AIOKafkaConsumerThread": (
+        "_create_worker_consumer",  # transport fix 1: our assignor, always
+        "_assignor",
+        "_ensure_consumer",
+        "_consumer",  # access.group_coordinator
+    ),
+    "faust.transport.drivers.aiokafka:Consumer": (
+        "_new_consumer_thread",
+        "_thread",
+    ),
+    "faust.transport.consumer:Consumer": (
+        "_getmany",  # transport fix 7: records of a partition no longer active
+        "_add_gap",  # transport: Faust's off-by-one gap
+        "_acked",
+        "_unacked_messages",
+        "_buffered_partitions",
+        "_clean_unacked_messages",
+        "_filter_committable_offsets",
+        "_wait_for_ack",
+        "_commit_fut",
+    ),
+    "aiokafka.consumer.consumer:AIOKafkaConsumer": (
+        "_partition_assignment_strategy",  # read by start() to build the coordinator
+        "_subscription",
+        "_coordinator",
+        "_client",
+    ),
+    "faust.app.base:App": ("_new_transport", "_consumer"),
+    "faust.assignor.partition_assignor:PartitionAssignor": (
+        "_perform_assignment",
+        "_assignment",
+        "_active_tps",
+        "_standby_tps",
+        "_topic_groups",
+        "_url",
+    ),
+    "faust.transport.consumer:TransactionManager": ("_tps_to_transactional_ids",),
+    "faust.stores.rocksdb:Store": ("_dbs", "_key_index"),
+    "aiokafka.coordinator.assignors.sticky.sticky_assignor:StickyPartitionAssignor": (
+        "_metadata",  # bench/strategies.py runs aiokafka's sticky assignor beside ours
+    ),
+}
+
+
+class FaustCompatError(ImportError):
+    """The installed Faust or aiokafka is not what streamapp's touch points were written for."""
+
+
+def _has_name(cls: type, name: str) -> bool:
+    if hasattr(cls, name):
+        return True
+    for klass in cls.__mro__:
+        try:
+            source = inspect.getsource(klass)
+        except (OSError, TypeError):
+            continue
+        if f"self.{name} " in source or f"self.{name}:" in source or f"self.{name}=" in source:
+            return True
+    return False
+
+
+def problems(names: dict[str, tuple[str, ...]], pinned: dict[str, str]) -> list[str]:
+    """What differs from what the touch points expect: versions, then missing names."""
+    found: list[str] = []
+    for dist, wanted in pinned.items():
+        try:
+            installed = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            found.append(f"{dist} is not installed (streamapp needs {wanted})")
+            continue
+        if installed != wanted:
+            found.append(f"{dist} {installed} is installed, streamapp was checked with {wanted}")
+    for owner, attrs in names.items():
+        module_name, _, class_name = owner.partition(":")
+        try:
+            cls = getattr(importlib.import_module(module_name), class_name)
+        except (ImportError, AttributeError):
+            found.append(f"{owner} no longer exists")
+            continue
+        missing = [name for name in attrs if not _has_name(cls, name)]
+        if missing:
+            found.append(f"{owner} has no {', '.join(missing)}")
+    return found
+
+
+def check() -> None:
+    """Raise `FaustCompatError` (one line) unless every touch point still holds."""
+    if os.environ.get("STREAMAPP_SKIP_FAUST_CHECK") == "1":
+        return
+    found = problems(PRIVATE_NAMES, PINNED_VERSIONS)
+    if found:
+        raise FaustCompatError(
+            "streamapp cannot run on these Faust/aiokafka releases: "
+            + "; ".join(found)
+            + " (install the versions pyproject.toml pins, or set STREAMAPP_SKIP_FAUST_CHECK=1)"
+        )
+
+
+check()

@@ -1,0 +1,98 @@
+"""Reads and writes of Faust/aiokafka internals for the rest of streamapp (see the package docs).
+
+Each function names the internal it touches in its docstring; the names are listed in
+`streamapp.faust_compat.PRIVATE_NAMES` and checked at import.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from faust.assignor.client_assignment import ClientAssignment
+from faust.types import TP
+
+
+def group_coordinator(app: Any) -> Any | None:
+    """aiokafka's GroupCoordinator of the app's consumer, or None before it exists.
+
+    Faust's ``Consumer._thread`` (its consumer thread), its ``_consumer`` (the AIOKafkaConsumer)
+    and aiokafka's ``AIOKafkaConsumer._coordinator``.
+    """
+    try:
+        coordinator: Any = app.consumer._thread._consumer._coordinator
+    except AttributeError:
+        return None
+    return coordinator
+
+
+def request_rejoin(app: Any) -> None:
+    """Ask the group to rebalance, on the consumer thread that owns the coordinator."""
+    thread = app.consumer._thread
+    coordinator = thread._consumer._coordinator
+    thread.thread_loop.call_soon_threadsafe(coordinator.request_rejoin)
+
+
+def consumer_if_created(app: Any) -> Any | None:
+    """The app's consumer if Faust created it, without creating one (``App._consumer``)."""
+    consumer: Any = app._consumer
+    return consumer
+
+
+async def refresh_metadata(consumer: Any) -> None:
+    """Fresh cluster metadata for an AIOKafkaConsumer (``AIOKafkaConsumer._client``): a topic
+    created a moment ago may not be in its cached view yet."""
+    await consumer._client.force_metadata_update()
+
+
+def transactional_id(app: Any, tp: TP) -> str:
+    """The transactional id Faust's exactly_once producer uses for the records of ``tp``
+    (``TransactionManager._tps_to_transactional_ids``): output sent under it is committed
+    with ``tp``'s offsets."""
+    ids = app.consumer.transactions._tps_to_transactional_ids({tp})
+    (found,) = ids
+    return str(found)
+
+
+def install_assignment(
+    assignor: Any, assignment: ClientAssignment, topic_groups: Mapping[str, int]
+) -> None:
+    """Hand a client assignment to Faust's PartitionAssignor the way its own ``on_assignment``
+    does (``_assignment``, ``_active_tps``, ``_standby_tps``, ``_topic_groups``): the rest of
+    Faust reads them there (assigned_actives, assigned_standbys, group_for_topic)."""
+    assignor._assignment = assignment
+    assignor._active_tps = assignment.active_tps
+    assignor._standby_tps = assignment.standby_tps
+    assignor._topic_groups = dict(topic_groups)
+
+
+def assignor_url(assignor: Any) -> str:
+    """The web URL Faust's PartitionAssignor announces for this worker (``_url``)."""
+    return str(assignor._url)
+
+
+def open_store_partitions(store: Any) -> set[int]:
+    """The partitions whose rocksdict handle Faust's RocksDB store has open (``Store._dbs``)."""
+    return set(store._dbs)
+
+
+def forget_store_partition(store: Any, partition: int) -> Any | None:
+    """Take the open handle of ``partition`` out of Faust's RocksDB store, and empty its
+    key -> partition cache (``Store._dbs``, ``Store._key_index``); the caller closes it.
+
+    The cache is emptied whole: it costs a lookup per key afterwards, never a wrong answer.
+    """
+    db: Any = store._dbs.pop(partition, None)
+    store._key_index.clear()
+    return db
+
+
+def aiokafka_sticky_metadata(
+    topics: list[str], owned: list[Any] | None, generation: int = -1
+) -> Any:
+    """The subscription metadata aiokafka's StickyPartitionAssignor would send for a member
+    owning ``owned`` (``StickyPartitionAssignor._metadata``; its public ``metadata`` reads the
+    class's own last assignment). For benchmarks that run it beside ours."""
+    from aiokafka.coordinator.assignors.sticky.sticky_assignor import StickyPartitionAssignor
+
+    return StickyPartitionAssignor._metadata(topics, owned, generation)
