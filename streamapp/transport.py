@@ -35,6 +35,11 @@
 8. Faust's livelock check skips a partition that has no position yet (awaiting an offset
    reset) instead of crashing the worker on aiokafka's assertion (see
    ``ConsumerThread.verify_event_path``).
+
+9. The fetch loop counts the fetches it begins (``Consumer.fetches_started``): one that begins
+   has handed every record of the one before to its queue, which is how table recovery knows
+   that what aiokafka's position has passed has reached the changelog queue (see
+   ``tables.recovery``).
 """
 
 from __future__ import annotations
@@ -155,6 +160,8 @@ class Consumer(faust_aiokafka.Consumer):
         self._streams_await_seek = False
         self._resume_after_seek: set[TP] = set()
         self._refusals_logged: set[tuple[TP, int]] = set()
+        #: Fetches Faust's fetch loop has begun (see the module docs, 9).
+        self.fetches_started = 0
         self._handing_out.set()
         self._commit_lock = asyncio.Lock()
         hand_out = self.callback
@@ -198,6 +205,8 @@ class Consumer(faust_aiokafka.Consumer):
     async def getmany(self, timeout: float) -> AsyncIterator[tuple[TP, Message]]:
         # Marks the fetch loop's task, for perform_seek (only Faust's fetch loop calls this).
         IN_FETCH_LOOP.set(True)
+        # The fetch loop hands out one fetch's records before it begins the next.
+        self.fetches_started += 1
         async for tp, message in super().getmany(timeout):
             yield tp, message
 
