@@ -37,25 +37,41 @@ Damaged local state (`tables.damaged`) is set aside before Faust trips on it, an
 rebuilds it from the changelog: a store that cannot be opened, before Faust opens it at an
 assignment (`TableManager.on_rebalance`); a store whose persisted offset lies beyond its
 changelog's end, as after the topic was deleted and recreated, before Faust's consistency check
-raises ``ConsistencyError`` (`Recovery._build_offsets`); a store of a partition the changelog no
-longer has.
+raises ``ConsistencyError`` (`Recovery._build_offsets`); a store whose changelog's log start has
+passed the next record it needs (retention, DeleteRecords), which Faust would replay from the log
+start over state the deleted records had changed (also `Recovery._build_offsets`); a store of a
+partition the changelog no longer has.
+
+Where a replay ends (issue 14). Faust takes the end offset less one for a changelog's last record
+and replays until a record with that offset arrives. Under exactly_once the end offset is the last
+stable offset and the offset below it a commit marker, which is never delivered as a record: every
+replay then waited out two five-second idle timeouts of Faust's loop and its fallback (about 15 s
+a rebalance). A replay of a partition now also ends once the consumer's position has reached the
+end offset and every record it has passed has been taken from the changelog queue
+(`Recovery._end_replays_at_end_offsets`): then there is no record left below the end offset to
+come, whatever the offsets in between held (markers, aborted records, records compacted away).
+The partition's offset is then set to the end offset less one, as Faust's fallback does, so the
+progress reported while restoring (``active_remaining``) stays true.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections import Counter
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from faust.tables.manager import TableManager as FaustTableManager
 from faust.tables.recovery import Recovery as FaustRecovery
 from faust.types import TP
 from faust.types.transports import ConsumerT
+from mode import Service
 from mode.utils.queues import ThrowableQueue
 
 from tables import store_guard
-from tables.damaged import offset_beyond_end
+from tables.damaged import offset_beyond_end, records_missing_before_start
 
 logger = logging.getLogger(__name__)
 
@@ -63,10 +79,52 @@ logger = logging.getLogger(__name__)
 # replay starts, run after the actives' highwaters are known and before the consistency check.
 if not callable(getattr(FaustRecovery, "_build_offsets", None)):
     raise ImportError("faust.tables.recovery.Recovery no longer has _build_offsets")
+# Faust private: the step of `Recovery._restart_recovery` that seeks the partitions to replay,
+# run right before it decides whether to replay the actives and waits for the end of it.
+if not callable(getattr(FaustRecovery, "_seek_offsets", None)):
+    raise ImportError("faust.tables.recovery.Recovery no longer has _seek_offsets")
+
+#: How often a replay asks where the consumer stands in the actives' changelogs.
+POSITION_PROBE_INTERVAL_S = 0.1
+#: How long a probe waits for a consumer position (a thread round trip) before trying again.
+POSITION_TIMEOUT_S = 5.0
+
+
+def handed_out_through(consumer: ConsumerT, tp: TP) -> int | None:
+    """The offset of the last record of ``tp`` Faust's fetch loop handed out (to the changelog
+    queue, for a changelog) since ``tp`` was last sought, else the offset it was sought to;
+    None: neither (sought to offset 0, nothing handed out since).
+
+    Faust private: ``Consumer._read_offset``, which the fetch loop sets after it handed out each
+    record, and which ``seek_wait`` sets to the offset it seeks to (and drops for offset 0).
+    """
+    read_offset: Mapping[TP, int | None] = consumer._read_offset  # type: ignore[attr-defined]
+    return read_offset.get(tp)
+
+
+def fetches_started(consumer: ConsumerT) -> int | None:
+    """How many fetches Faust's fetch loop has begun: a streamapp consumer counts them (see
+    `streamapp.transport`, 9), as every record of a fetch is handed out before the next one
+    begins. None for another consumer: replays then end only where Faust ends them."""
+    started = getattr(consumer, "fetches_started", None)
+    return started if isinstance(started, int) else None
+
+
+@dataclass
+class _Replay:
+    """The replay of the actives' changelogs under way (set once they are sought)."""
+
+    generation: int
+    #: Partitions whose replay ended at the end offset with no record there: tp -> end offset.
+    ended_at_end: dict[TP, int] = field(default_factory=dict)
+    reported: bool = False
 
 
 class Recovery(FaustRecovery):
+    _replay: _Replay | None = None
+
     def on_partitions_revoked(self, revoked: set[TP]) -> None:
+        self._replay = None
         super().on_partitions_revoked(revoked)  # writes the buffers
         # Unprocessed, so uncounted: the next assignment's seeks fetch them again.
         self.tables.changelog_queue.clear()
@@ -78,12 +136,14 @@ class Recovery(FaustRecovery):
         newly_assigned: set[TP],
         generation_id: int = 0,
     ) -> None:
+        self._replay = None
         await super().on_rebalance(assigned, revoked, newly_assigned, generation_id)
         for tp in [tp for tp in self.standby_offsets if tp not in self.standby_tps]:
             del self.standby_offsets[tp]
 
     async def on_recovery_completed(self, generation_id: int = 0) -> None:
         # Runs before the stream partitions resume (Faust resumes them in this method).
+        self._replay = None
         self.flush_buffers()
         # Faust keeps reading the actives of a table whose recovery buffer holds one record
         # (its advice for global tables, which every worker writes): each record is stored as
@@ -93,12 +153,112 @@ class Recovery(FaustRecovery):
             self.app.consumer.pause_partitions(done)
         await super().on_recovery_completed(generation_id)
 
+    async def _seek_offsets(
+        self, consumer: ConsumerT, tps: set[TP], offsets: Counter[TP], title: str
+    ) -> None:
+        await super()._seek_offsets(consumer, tps, offsets, title)
+        if title == "active":
+            # Faust's _restart_recovery now decides whether to replay and waits for the replay
+            # to end: from here its offsets, highwaters and positions are this replay's, and
+            # `_end_replays_at_end_offsets` may end it. An end signalled before (Faust's loop
+            # signals whenever nothing seemed to be left, highwaters not built yet included)
+            # would end this replay before it began.
+            self.signal_recovery_end.clear()
+            self._replay = _Replay(self.app.consumer_generation_id)
+
+    def _replay_current(self, replay: _Replay) -> bool:
+        return (
+            self._replay is replay
+            and self.in_recovery
+            and not self.signal_recovery_start.is_set()
+            and self.app.consumer_generation_id == replay.generation
+        )
+
+    def _replay_short_of_end(self) -> dict[TP, int]:
+        """Actives whose replay has not reached the end offset: tp -> end offset."""
+        return {
+            tp: highwater + 1
+            for tp, highwater in self.active_highwaters.items()
+            if tp in self.active_tps
+            and highwater is not None
+            and highwater >= 0
+            and (offset := self.active_offsets.get(tp)) is not None
+            and offset < highwater
+        }
+
+    @Service.task
+    async def _end_replays_at_end_offsets(self) -> None:
+        # Faust's own loop notices the end of a replay only when the record at the end offset
+        # less one arrives, or after two idle timeouts (see the module docs).
+        while not self.should_stop:
+            await self.sleep(POSITION_PROBE_INTERVAL_S)
+            replay = self._replay
+            if replay is None or not self._replay_current(replay):
+                continue
+            try:
+                await self._probe_replay(replay)
+            except Exception as exc:  # a revocation under way (IllegalStateError), a timeout
+                logger.debug("streamapp: replay position probe: %r", exc)
+
+    async def _probe_replay(self, replay: _Replay) -> None:
+        consumer = self.app.consumer
+        if fetches_started(consumer) is None:
+            return
+        short = self._replay_short_of_end()
+        if short:
+            positions = await asyncio.wait_for(
+                asyncio.gather(*(consumer.position(tp) for tp in short)), POSITION_TIMEOUT_S
+            )
+            reached = {
+                tp: end
+                for (tp, end), position in zip(short.items(), positions, strict=True)
+                if position is not None and position >= end
+            }
+            if not reached:
+                return
+            # Every record below those positions has been fetched. Once the fetch loop begins
+            # its next fetch, it has handed every one of them to the changelog queue.
+            mark = fetches_started(consumer)
+            while fetches_started(consumer) == mark:
+                await self.sleep(POSITION_PROBE_INTERVAL_S / 4)
+                if not self._replay_current(replay):
+                    return
+            if not self._replay_current(replay):
+                return
+            for tp, end in reached.items():
+                offset = self.active_offsets.get(tp)
+                through = handed_out_through(consumer, tp)
+                if offset is None or (through is not None and offset < through):
+                    continue  # records handed out are still in the queue: not applied yet
+                # Nothing is left below the end offset to come: the offsets up to it held
+                # markers, aborted or compacted records. Faust's fallback sets the same.
+                if offset < end - 1:
+                    self.active_offsets[tp] = end - 1
+                    replay.ended_at_end[tp] = end
+        if self.need_recovery():
+            return
+        if replay.ended_at_end and not replay.reported:
+            replay.reported = True
+            logger.info(
+                "streamapp: replay ended at the changelog end offset (consumer position "
+                "reached it; no record at the offset below it): %s",
+                ", ".join(
+                    f"{tp.topic}[{tp.partition}]@{end}"
+                    for tp, end in sorted(replay.ended_at_end.items())
+                ),
+            )
+        # As Faust's loop does when its own count says the replay is done. Set again at
+        # every probe until the replay ends: Faust's loop clears it as it takes each record,
+        # and _restart_recovery may only be about to wait for it.
+        self.signal_recovery_end.set()
+
     async def _build_offsets(
         self, consumer: ConsumerT, tps: set[TP], destination: Counter[TP], title: str
     ) -> None:
         # Faust's (private, see the import check), once stores that claim more than their
-        # changelog holds are set aside: their offsets are in ``destination`` (from
-        # `add_active` / `add_standby`), and replay then starts at the log's start.
+        # changelog holds, or that need records it no longer holds, are set aside: their
+        # offsets are in ``destination`` (from `add_active` / `add_standby`), and replay then
+        # starts at the log's start.
         if tps:
             if title == "active":
                 # The very numbers Faust's consistency check compares against, built just now.
@@ -108,11 +268,16 @@ class Recovery(FaustRecovery):
                 # what is beyond it now would be beyond it then.
                 ends = await consumer.highwaters(*tps)
                 highwaters = {tp: end - 1 if end is not None else -1 for tp, end in ends.items()}
+            starts: Mapping[TP, int] = await consumer.earliest_offsets(*tps)
             for tp in sorted(tps):
                 persisted = destination.get(tp)
                 if offset_beyond_end(persisted, highwaters.get(tp)):
                     assert persisted is not None
                     self._rebuild(tp, persisted, highwaters[tp])
+                    destination[tp] = None  # type: ignore[assignment]  # as Faust's own _add
+                elif records_missing_before_start(persisted, starts.get(tp)):
+                    assert persisted is not None
+                    self._rebuild_trimmed(tp, persisted, starts[tp])
                     destination[tp] = None  # type: ignore[assignment]  # as Faust's own _add
         await super()._build_offsets(consumer, tps, destination, title)
 
@@ -127,6 +292,21 @@ class Recovery(FaustRecovery):
             tp.partition,
             tp.topic,
             highwater + 1,
+            persisted + 1,
+            target,
+        )
+
+    def _rebuild_trimmed(self, tp: TP, persisted: int, log_start: int) -> None:
+        table = self.tp_to_table[tp]
+        target = store_guard.close_and_move_aside(table, tp.partition)
+        logger.warning(
+            "streamapp: local store of table %s partition %d: changelog %s starts at %d but "
+            "the local store needs its records from %d (deleted by retention or "
+            "DeleteRecords): rebuilt from the changelog's start (store moved to %s)",
+            table.name,
+            tp.partition,
+            tp.topic,
+            log_start,
             persisted + 1,
             target,
         )
