@@ -56,13 +56,13 @@ progress reported while restoring (``active_remaining``) stays true.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import aiokafka
 from faust.tables.manager import TableManager as FaustTableManager
 from faust.tables.recovery import Recovery as FaustRecovery
 from faust.types import TP
@@ -86,8 +86,6 @@ if not callable(getattr(FaustRecovery, "_seek_offsets", None)):
 
 #: How often a replay asks where the consumer stands in the actives' changelogs.
 POSITION_PROBE_INTERVAL_S = 0.1
-#: How long a probe waits for a consumer position (a thread round trip) before trying again.
-POSITION_TIMEOUT_S = 5.0
 
 
 def handed_out_through(consumer: ConsumerT, tp: TP) -> int | None:
@@ -102,12 +100,44 @@ def handed_out_through(consumer: ConsumerT, tp: TP) -> int | None:
     return read_offset.get(tp)
 
 
+def consumer_position(consumer: ConsumerT, tp: TP) -> int | None:
+    """aiokafka's position of ``tp``: the offset after the last one it returned to a fetch
+    (records, and the transaction markers and aborted records it skipped); None: none yet.
+
+    Read in place from this thread rather than asked of the consumer thread, whose calls wait
+    behind the fetch in progress (up to a second while the changelogs are idle). Positions
+    change only as fetches return records, and by seeks and offset resets. Private names of
+    Faust (``_thread``, ``_consumer``, its consumer thread's aiokafka consumer) and aiokafka
+    (``_subscription``, as `streamapp.transport.ConsumerThread.verify_event_path` reads it).
+    """
+    thread = getattr(consumer, "_thread", None)
+    aiokafka_consumer = getattr(thread, "_consumer", None)
+    if aiokafka_consumer is None:
+        return None
+    subscription = aiokafka_consumer._subscription.subscription
+    if subscription is None:
+        return None
+    state = subscription.assignment.state_value(aiokafka.TopicPartition(tp.topic, tp.partition))
+    if state is None or not state.has_valid_position:
+        return None
+    position: int = state.position
+    return position
+
+
 def fetches_started(consumer: ConsumerT) -> int | None:
     """How many fetches Faust's fetch loop has begun: a streamapp consumer counts them (see
     `streamapp.transport`, 9), as every record of a fetch is handed out before the next one
     begins. None for another consumer: replays then end only where Faust ends them."""
     started = getattr(consumer, "fetches_started", None)
     return started if isinstance(started, int) else None
+
+
+def pending_persisted_offsets(tables: FaustTableManager) -> MutableMapping[TP, tuple[Any, int]]:
+    """Faust private: ``TableManager._pending_persisted_offsets``, changelog partition ->
+    (store, offset of its last changelog record written), filled by
+    ``persist_offset_on_commit`` under exactly_once."""
+    pending: MutableMapping[TP, tuple[Any, int]] = tables._pending_persisted_offsets
+    return pending
 
 
 @dataclass
@@ -197,7 +227,7 @@ class Recovery(FaustRecovery):
                 continue
             try:
                 await self._probe_replay(replay)
-            except Exception as exc:  # a revocation under way (IllegalStateError), a timeout
+            except Exception as exc:  # e.g. a partition no longer assigned (rebalance)
                 logger.debug("streamapp: replay position probe: %r", exc)
 
     async def _probe_replay(self, replay: _Replay) -> None:
@@ -206,13 +236,10 @@ class Recovery(FaustRecovery):
             return
         short = self._replay_short_of_end()
         if short:
-            positions = await asyncio.wait_for(
-                asyncio.gather(*(consumer.position(tp) for tp in short)), POSITION_TIMEOUT_S
-            )
             reached = {
                 tp: end
-                for (tp, end), position in zip(short.items(), positions, strict=True)
-                if position is not None and position >= end
+                for tp, end in short.items()
+                if (position := consumer_position(consumer, tp)) is not None and position >= end
             }
             if not reached:
                 return
@@ -256,9 +283,9 @@ class Recovery(FaustRecovery):
         self, consumer: ConsumerT, tps: set[TP], destination: Counter[TP], title: str
     ) -> None:
         # Faust's (private, see the import check), once stores that claim more than their
-        # changelog holds, or that need records it no longer holds, are set aside: their
-        # offsets are in ``destination`` (from `add_active` / `add_standby`), and replay then
-        # starts at the log's start.
+        # changelog holds are set aside: their offsets are in ``destination`` (from
+        # `add_active` / `add_standby`), and replay then starts at the log's start.
+        persisted_offsets: dict[TP, int | None] = {}
         if tps:
             if title == "active":
                 # The very numbers Faust's consistency check compares against, built just now.
@@ -268,18 +295,24 @@ class Recovery(FaustRecovery):
                 # what is beyond it now would be beyond it then.
                 ends = await consumer.highwaters(*tps)
                 highwaters = {tp: end - 1 if end is not None else -1 for tp, end in ends.items()}
-            starts: Mapping[TP, int] = await consumer.earliest_offsets(*tps)
             for tp in sorted(tps):
                 persisted = destination.get(tp)
                 if offset_beyond_end(persisted, highwaters.get(tp)):
                     assert persisted is not None
                     self._rebuild(tp, persisted, highwaters[tp])
                     destination[tp] = None  # type: ignore[assignment]  # as Faust's own _add
-                elif records_missing_before_start(persisted, starts.get(tp)):
-                    assert persisted is not None
-                    self._rebuild_trimmed(tp, persisted, starts[tp])
-                    destination[tp] = None  # type: ignore[assignment]  # as Faust's own _add
+                persisted_offsets[tp] = destination.get(tp)
+        # Faust starts each replay at the later of the store's offset and the log start less
+        # one (it reads the log start from the broker): a start later than the store's offset
+        # means records the store needs were deleted (retention, DeleteRecords). Replay would
+        # lay what remains over state they had changed, so the store goes, and the replay
+        # starts at the log start as for an empty store.
         await super()._build_offsets(consumer, tps, destination, title)
+        for tp, persisted in sorted(persisted_offsets.items()):
+            start = destination.get(tp)
+            if records_missing_before_start(persisted, None if start is None else start + 1):
+                assert persisted is not None and start is not None
+                self._rebuild_trimmed(tp, persisted, start + 1)
 
     def _rebuild(self, tp: TP, persisted: int, highwater: int) -> None:
         table = self.tp_to_table[tp]
@@ -313,7 +346,42 @@ class Recovery(FaustRecovery):
 
 
 class TableManager(FaustTableManager):
-    """Faust's table manager, recovering through `Recovery` (set as ``TableManager``)."""
+    """Faust's table manager, recovering through `Recovery` (set as ``TableManager``).
+
+    Under exactly_once Faust keeps each store's changelog offset aside until the transaction
+    that wrote it commits (``persist_offset_on_commit``), keyed by changelog partition, and at a
+    commit looks it up by the committed source partitions: it never finds one, so no store ever
+    had an offset. Every restart replayed every changelog from its start over the store, and a
+    store whose changelog was recreated or trimmed could not be told from a current one. Here
+    an offset is persisted once the transaction it was written in has committed (see
+    `on_commit`).
+    """
+
+    def on_commit(self, offsets: MutableMapping[TP, int]) -> None:
+        super().on_commit(offsets)
+        pending = pending_persisted_offsets(self)  # empty but under exactly_once
+        if not pending:
+            return
+        # Faust's transactional id of a record is "<app id>-<topic group>-<partition>" (its
+        # TransactionManager's send and commit): a committed source partition committed the
+        # changelog records written under the same group and partition.
+        committed = {
+            (group, tp.partition)
+            for tp in offsets
+            if (group := self._topic_group(tp.topic)) is not None
+        }
+        for tp, (store, offset) in list(pending.items()):
+            if (self._topic_group(tp.topic), tp.partition) in committed:
+                store.set_persisted_offset(tp, offset)
+                # Written: a later entry for the partition starts afresh, and none lingers
+                # for a partition revoked (its store closed) since.
+                del pending[tp]
+
+    def _topic_group(self, topic: str) -> int | None:
+        try:
+            return self.app.assignor.group_for_topic(topic)
+        except KeyError:  # a topic the assignor has not grouped (not subscribed)
+            return None
 
     async def on_rebalance(
         self,

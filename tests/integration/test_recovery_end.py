@@ -12,6 +12,7 @@ warning naming the table and partition.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections import Counter
 from collections.abc import Iterable
@@ -27,6 +28,7 @@ from .apps.recovery_end import (
     APP_ID_ENV,
     GUARANTEE_ENV,
     PARTITIONS,
+    TABLE,
     changelog_topic,
     source_topic,
 )
@@ -263,9 +265,7 @@ def test_a_transactional_changelog_ending_in_a_commit_marker(
         assert records and records[-1][0] < end - 1, (partition, end, records[-3:])
     by_partition = {f"{changelog}[{p}]": end for p, end in ends.items()}
 
-    # Back on its own state. (Faust persists no store offset under exactly_once: its pending
-    # offsets are kept by changelog partition and looked up by source partition at a commit.
-    # So this replays in full as well, onto the store it had.)
+    # Back on its own state: all there is to replay is the marker of each partition.
     with Run(kafka_bootstrap, tmp_path / "w1") as run:
         run.wait_resumed()
         assert run.counts() == expected
@@ -309,7 +309,144 @@ def test_an_empty_changelog_and_one_of_an_aborted_transaction(
         assert run.counts() == {}
         run.assert_ended_at_end({f"{changelog}[1]": 2})
         run.assert_without_fallback()
-        # The table goes on from there.
-        events = [(f"k{i % 3}", b"x") for i in range(9)]
-        asyncio.run(_produce(kafka_bootstrap, source_topic(app_id), events))
-        run.worker.wait_for("/counts/", lambda c: c == _counts(events))
+
+
+def _fold(records: list[Record]) -> dict[str, int]:
+    """A table partition as its changelog records leave it (Faust writes keys and values as
+    JSON; a record without a value deletes its key)."""
+    table: dict[str, int] = {}
+    for _offset, key, value in records:
+        assert key is not None
+        if value is None:
+            table.pop(json.loads(key), None)
+        else:
+            table[json.loads(key)] = json.loads(value)
+    return table
+
+
+def test_a_changelog_trimmed_by_delete_records_past_the_local_offset(
+    kafka_bootstrap: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    app_id = "it-recend-trimmed"
+    _use_app(monkeypatch, app_id, "exactly_once")
+    changelog = changelog_topic(app_id)
+    # The broker refuses DeleteRecords on a compact-only topic; retention also trims a
+    # changelog that compacts and deletes (a windowed table's).
+    asyncio.run(_create_changelog(kafka_bootstrap, changelog, {"cleanup.policy": "compact,delete"}))
+    events = [(f"k{i % 5}", b"x") for i in range(40)]
+    _start_and_fill(kafka_bootstrap, app_id, tmp_path / "w1", events)
+    _start, end = asyncio.run(_offsets(kafka_bootstrap, changelog))[0]
+    assert end > 0
+    # While the worker is down, partition 0 goes on (six new keys, in one committed
+    # transaction), and DeleteRecords then drops everything before the third of them: the
+    # store's next record (the commit marker at end - 1) and the two after it are gone.
+    asyncio.run(
+        _produce_to(
+            kafka_bootstrap,
+            changelog,
+            0,
+            [(f'"t{i}"'.encode(), b"7") for i in range(6)],
+            transactional_id=f"{app_id}-writer",
+        )
+    )
+    asyncio.run(_delete_records(kafka_bootstrap, changelog, 0, end + 2))
+    assert asyncio.run(_offsets(kafka_bootstrap, changelog))[0] == (end + 2, end + 7)
+    expected = {
+        **_fold(asyncio.run(_read(kafka_bootstrap, changelog, 1))),
+        **{f"t{i}": 7 for i in range(2, 6)},
+    }
+
+    with Run(kafka_bootstrap, tmp_path / "w1") as run:
+        run.wait_resumed()
+        assert run.counts() == expected
+        [line] = run.lines("rebuilt from the changelog's start")
+        assert (
+            f"local store of table {TABLE} partition 0: changelog {changelog} starts at "
+            f"{end + 2} but the local store needs its records from {end - 1} " in line
+        ), line
+        run.assert_ended_at_end({f"{changelog}[0]": end + 7})
+        run.assert_without_fallback()
+
+
+def test_a_changelog_deleted_and_recreated_while_the_worker_was_down(
+    kafka_bootstrap: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    app_id = "it-recend-recreated"
+    _use_app(monkeypatch, app_id, "exactly_once")
+    events = [(f"k{i % 11}", b"x") for i in range(66)]
+    _start_and_fill(kafka_bootstrap, app_id, tmp_path / "w1", events)
+    changelog = changelog_topic(app_id)
+    ends_before = _changelog_ends(kafka_bootstrap, app_id)
+    assert all(end > 2 for end in ends_before.values()), ends_before
+    asyncio.run(_recreate(kafka_bootstrap, changelog))
+    # The new changelog: one committed record in partition 0 (then its commit marker), none
+    # in partition 1.
+    asyncio.run(
+        _produce_to(
+            kafka_bootstrap, changelog, 0, [(b'"k-new"', b"3")], transactional_id=f"{app_id}-w"
+        )
+    )
+    assert _changelog_ends(kafka_bootstrap, app_id) == {0: 2, 1: 0}
+
+    with Run(kafka_bootstrap, tmp_path / "w1") as run:
+        run.wait_resumed()
+        assert run.counts() == {"k-new": 3}
+        lines = run.lines("rebuilt from the changelog (store moved to")
+        assert len(lines) == 2, lines
+        for partition, end in ((0, 2), (1, 0)):
+            assert any(
+                f"table {TABLE} partition {partition}: changelog {changelog} ends at {end} but "
+                "the local store claims " in line
+                for line in lines
+            ), (partition, lines)
+        run.assert_ended_at_end({f"{changelog}[0]": 2})
+        run.assert_without_fallback()
+
+
+def test_a_compacted_changelog_with_tombstones_and_gaps(
+    kafka_bootstrap: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    app_id = "it-recend-compacted"
+    _use_app(monkeypatch, app_id, "exactly_once")
+    changelog = changelog_topic(app_id)
+    # Small segments that roll at once and a cleaner that takes any dirty log: the broker's
+    # cleaner (which wakes every 15 s) really compacts it, and drops the tombstones after it.
+    cleaner = {
+        "segment.bytes": "1024",
+        "segment.ms": "100",
+        "min.cleanable.dirty.ratio": "0.01",
+        "min.compaction.lag.ms": "0",
+        "delete.retention.ms": "100",
+    }
+    asyncio.run(_create_changelog(kafka_bootstrap, changelog, cleaner))
+    events = [(f"k{i % 6}", b"x") for i in range(180)]
+    events += [("k0", b"delete"), ("k1", b"delete")]
+    events += [(f"k{2 + i % 2}", b"x") for i in range(10)]
+    expected = _start_and_fill(kafka_bootstrap, app_id, tmp_path / "w1", events)
+    assert "k0" not in expected and "k1" not in expected
+
+    def holes() -> dict[int, int]:
+        """partition -> records the cleaner removed (offsets below the end, not markers)."""
+        removed = {}
+        for partition in range(PARTITIONS):
+            all_records = asyncio.run(_read(kafka_bootstrap, changelog, partition, False))
+            offsets = [offset for offset, _key, _value in all_records]
+            # Read uncommitted every record is delivered, so a missing offset between two is a
+            # marker or a removed record; more missing than there can be markers is compaction.
+            removed[partition] = offsets[-1] + 1 - len(offsets) if offsets else 0
+        return removed
+
+    written = {p: end for p, end in _changelog_ends(kafka_bootstrap, app_id).items()}
+    deadline = time.monotonic() + 180
+    while not all(n > written[p] // 2 for p, n in holes().items()):
+        assert time.monotonic() < deadline, (holes(), written)
+        time.sleep(2)
+    # What remains is what a replay must rebuild the table from, tombstones included or not.
+    remaining = {p: asyncio.run(_read(kafka_bootstrap, changelog, p)) for p in range(PARTITIONS)}
+    assert {k: v for p in remaining for k, v in _fold(remaining[p]).items()} == expected
+
+    # A worker with no state replays the compacted changelogs.
+    with Run(kafka_bootstrap, tmp_path / "w2") as run:
+        run.wait_resumed()
+        assert run.counts() == expected
+        run.assert_without_fallback()
