@@ -13,7 +13,8 @@ Changelog records replayed and seconds to resume come from each worker's
 ``/streamapp/assignment`` view (Faust's recovery, measured the same way under either assignor):
 records summed over every rebalance of the step, seconds the longest pause of any worker.
 
-Run: ``make bench`` or ``.venv/bin/python bench/rebalance.py [--keys N]``.
+Run: ``make bench`` or ``.venv/bin/python bench/rebalance.py [--keys N] [--exactly-once]``
+(``--exactly-once``: the app under ``processing_guarantee="exactly_once"``).
 """
 
 from __future__ import annotations
@@ -179,9 +180,12 @@ async def _all_consumed(bootstrap: str, group: str, topic: str) -> bool:
         await admin.close()
 
 
-def run_one(label: str, assignor: str, bootstrap: str, root: Path, keys: int) -> dict[str, Any]:
+def run_one(
+    label: str, assignor: str, bootstrap: str, root: Path, keys: int, guarantee: str
+) -> dict[str, Any]:
     app_id = "bench-" + label.replace(" ", "-")
     os.environ.update(
+        REBALANCE_GUARANTEE=guarantee,
         REBALANCE_APP_ID=app_id,
         REBALANCE_ASSIGNOR=assignor,
         REBALANCE_PARTITIONS=str(PARTITIONS),
@@ -247,11 +251,11 @@ def _add(total: StepCost, more: StepCost) -> None:
     total.worst_partition = max(total.worst_partition, more.worst_partition)
 
 
-def _table(results: dict[str, dict[str, Any]], keys: int) -> str:
+def _table(results: dict[str, dict[str, Any]], keys: int, guarantee: str) -> str:
     stock, ours = results["stock faust"], results["streamapp"]
     lines = [
         f"rebalance cost, {keys:,} keys, {PARTITIONS} partitions, 1 standby, "
-        f"acceptable_recovery_lag={ACCEPTABLE_LAG}",
+        f"acceptable_recovery_lag={ACCEPTABLE_LAG}, {guarantee}",
         f"{'step':<16} {'stock replayed':>15} {'ours replayed':>14} {'ratio':>7} "
         f"{'stock s':>8} {'ours s':>7} {'ours worst/partition':>21}",
     ]
@@ -272,19 +276,23 @@ def _table(results: dict[str, dict[str, Any]], keys: int) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--keys", type=int, default=100_000)
+    parser.add_argument(
+        "--exactly-once", action="store_true", help='processing_guarantee="exactly_once"'
+    )
     args = parser.parse_args()
+    guarantee = "exactly_once" if args.exactly_once else "at_least_once"
     with tempfile.TemporaryDirectory(prefix="bench-rebalance-") as tmp:
         root = Path(tmp)
         broker = LocalKafka(port=free_port(), data_dir=root / "kafka")
         broker.start()
         try:
             results = {
-                label: run_one(label, assignor, broker.bootstrap, root, args.keys)
+                label: run_one(label, assignor, broker.bootstrap, root, args.keys, guarantee)
                 for label, assignor in ASSIGNORS.items()
             }
         finally:
             broker.stop()
-    print(_table(results, args.keys))
+    print(_table(results, args.keys, guarantee))
     return 0
 
 

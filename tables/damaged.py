@@ -1,7 +1,7 @@
 """Damaged local state: moved aside, never deleted, and restored from the changelog.
 
 A store is only a cache of its changelog partition, so a store that cannot serve as one is set
-aside and Faust builds a fresh one by replaying the changelog. Three cases, each found before
+aside and Faust builds a fresh one by replaying the changelog. Four cases, each found before
 Faust would trip on it, each reported with one warning naming the table and the partition:
 
 - a store that cannot be opened or read (garbage in ``CURRENT``, a truncated ``.sst``, a missing
@@ -12,6 +12,10 @@ Faust would trip on it, each reported with one warning naming the table and the 
   deleted and recreated (`offset_beyond_end`, applied in `tables.recovery.Recovery`). Faust's
   recovery raises ``ConsistencyError`` on every restart; where its check does not fire (a
   changelog holding one record) it silently seeks past the records it lacks;
+- a store whose changelog lost records it still needs, as after retention or DeleteRecords moved
+  the log start past its offset (`records_missing_before_start`, applied in
+  `tables.recovery.Recovery`). Faust would seek to the log start and lay what remains over state
+  the deleted records had overwritten;
 - a store of a partition the changelog no longer has (`beyond_partition_count`).
 
 A set-aside store goes to ``<tabledir>/damaged/<store name>.<UTC timestamp>``, kept for
@@ -92,6 +96,21 @@ def offset_beyond_end(persisted: int | None, highwater: int | None) -> bool:
     if persisted is None or highwater is None or persisted < 0:
         return False
     return persisted > highwater
+
+
+def records_missing_before_start(persisted: int | None, log_start: int | None) -> bool:
+    """Whether records a store still needs were deleted from its changelog.
+
+    ``persisted`` is the offset of the last record the store applied, in Faust's terms (None:
+    none yet), ``log_start`` the changelog's log start offset (None: unknown, so no verdict).
+    Retention or DeleteRecords moved the log start past the next record the store needs, so
+    replaying from the log start would lay the records that remain over state that still
+    holds what the deleted ones overwrote or deleted. A log start exactly at the next record
+    loses nothing. Compaction never moves the log start, so it never answers yes here.
+    """
+    if persisted is None or log_start is None or persisted < 0:
+        return False
+    return log_start > persisted + 1
 
 
 def beyond_partition_count(partition: int, partition_count: int | None) -> bool:

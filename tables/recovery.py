@@ -37,25 +37,41 @@ Damaged local state (`tables.damaged`) is set aside before Faust trips on it, an
 rebuilds it from the changelog: a store that cannot be opened, before Faust opens it at an
 assignment (`TableManager.on_rebalance`); a store whose persisted offset lies beyond its
 changelog's end, as after the topic was deleted and recreated, before Faust's consistency check
-raises ``ConsistencyError`` (`Recovery._build_offsets`); a store of a partition the changelog no
-longer has.
+raises ``ConsistencyError`` (`Recovery._build_offsets`); a store whose changelog's log start has
+passed the next record it needs (retention, DeleteRecords), which Faust would replay from the log
+start over state the deleted records had changed (also `Recovery._build_offsets`); a store of a
+partition the changelog no longer has.
+
+Where a replay ends (issue 14). Faust takes the end offset less one for a changelog's last record
+and replays until a record with that offset arrives. Under exactly_once the end offset is the last
+stable offset and the offset below it a commit marker, which is never delivered as a record: every
+replay then waited out two five-second idle timeouts of Faust's loop and its fallback (about 15 s
+a rebalance). A replay of a partition now also ends once the consumer's position has reached the
+end offset and every record it has passed has been taken from the changelog queue
+(`Recovery._end_replays_at_end_offsets`): then there is no record left below the end offset to
+come, whatever the offsets in between held (markers, aborted records, records compacted away).
+The partition's offset is then set to the end offset less one, as Faust's fallback does, so the
+progress reported while restoring (``active_remaining``) stays true.
 """
 
 from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping
+from dataclasses import dataclass, field
 from typing import Any
 
+import aiokafka
 from faust.tables.manager import TableManager as FaustTableManager
 from faust.tables.recovery import Recovery as FaustRecovery
 from faust.types import TP
 from faust.types.transports import ConsumerT
+from mode import Service
 from mode.utils.queues import ThrowableQueue
 
 from tables import store_guard
-from tables.damaged import offset_beyond_end
+from tables.damaged import offset_beyond_end, records_missing_before_start
 
 logger = logging.getLogger(__name__)
 
@@ -63,10 +79,82 @@ logger = logging.getLogger(__name__)
 # replay starts, run after the actives' highwaters are known and before the consistency check.
 if not callable(getattr(FaustRecovery, "_build_offsets", None)):
     raise ImportError("faust.tables.recovery.Recovery no longer has _build_offsets")
+# Faust private: the step of `Recovery._restart_recovery` that seeks the partitions to replay,
+# run right before it decides whether to replay the actives and waits for the end of it.
+if not callable(getattr(FaustRecovery, "_seek_offsets", None)):
+    raise ImportError("faust.tables.recovery.Recovery no longer has _seek_offsets")
+
+#: How often a replay asks where the consumer stands in the actives' changelogs.
+POSITION_PROBE_INTERVAL_S = 0.1
+
+
+def handed_out_through(consumer: ConsumerT, tp: TP) -> int | None:
+    """The offset of the last record of ``tp`` Faust's fetch loop handed out (to the changelog
+    queue, for a changelog) since ``tp`` was last sought, else the offset it was sought to;
+    None: neither (sought to offset 0, nothing handed out since).
+
+    Faust private: ``Consumer._read_offset``, which the fetch loop sets after it handed out each
+    record, and which ``seek_wait`` sets to the offset it seeks to (and drops for offset 0).
+    """
+    read_offset: Mapping[TP, int | None] = consumer._read_offset  # type: ignore[attr-defined]
+    return read_offset.get(tp)
+
+
+def consumer_position(consumer: ConsumerT, tp: TP) -> int | None:
+    """aiokafka's position of ``tp``: the offset after the last one it returned to a fetch
+    (records, and the transaction markers and aborted records it skipped); None: none yet.
+
+    Read in place from this thread rather than asked of the consumer thread, whose calls wait
+    behind the fetch in progress (up to a second while the changelogs are idle). Positions
+    change only as fetches return records, and by seeks and offset resets. Private names of
+    Faust (``_thread``, ``_consumer``, its consumer thread's aiokafka consumer) and aiokafka
+    (``_subscription``, as `streamapp.transport.ConsumerThread.verify_event_path` reads it).
+    """
+    thread = getattr(consumer, "_thread", None)
+    aiokafka_consumer = getattr(thread, "_consumer", None)
+    if aiokafka_consumer is None:
+        return None
+    subscription = aiokafka_consumer._subscription.subscription
+    if subscription is None:
+        return None
+    state = subscription.assignment.state_value(aiokafka.TopicPartition(tp.topic, tp.partition))
+    if state is None or not state.has_valid_position:
+        return None
+    position: int = state.position
+    return position
+
+
+def fetches_started(consumer: ConsumerT) -> int | None:
+    """How many fetches Faust's fetch loop has begun: a streamapp consumer counts them (see
+    `streamapp.transport`, 9), as every record of a fetch is handed out before the next one
+    begins. None for another consumer: replays then end only where Faust ends them."""
+    started = getattr(consumer, "fetches_started", None)
+    return started if isinstance(started, int) else None
+
+
+def pending_persisted_offsets(tables: FaustTableManager) -> MutableMapping[TP, tuple[Any, int]]:
+    """Faust private: ``TableManager._pending_persisted_offsets``, changelog partition ->
+    (store, offset of its last changelog record written), filled by
+    ``persist_offset_on_commit`` under exactly_once."""
+    pending: MutableMapping[TP, tuple[Any, int]] = tables._pending_persisted_offsets
+    return pending
+
+
+@dataclass
+class _Replay:
+    """The replay of the actives' changelogs under way (set once they are sought)."""
+
+    generation: int
+    #: Partitions whose replay ended at the end offset with no record there: tp -> end offset.
+    ended_at_end: dict[TP, int] = field(default_factory=dict)
+    reported: bool = False
 
 
 class Recovery(FaustRecovery):
+    _replay: _Replay | None = None
+
     def on_partitions_revoked(self, revoked: set[TP]) -> None:
+        self._replay = None
         super().on_partitions_revoked(revoked)  # writes the buffers
         # Unprocessed, so uncounted: the next assignment's seeks fetch them again.
         self.tables.changelog_queue.clear()
@@ -78,12 +166,14 @@ class Recovery(FaustRecovery):
         newly_assigned: set[TP],
         generation_id: int = 0,
     ) -> None:
+        self._replay = None
         await super().on_rebalance(assigned, revoked, newly_assigned, generation_id)
         for tp in [tp for tp in self.standby_offsets if tp not in self.standby_tps]:
             del self.standby_offsets[tp]
 
     async def on_recovery_completed(self, generation_id: int = 0) -> None:
         # Runs before the stream partitions resume (Faust resumes them in this method).
+        self._replay = None
         self.flush_buffers()
         # Faust keeps reading the actives of a table whose recovery buffer holds one record
         # (its advice for global tables, which every worker writes): each record is stored as
@@ -93,12 +183,109 @@ class Recovery(FaustRecovery):
             self.app.consumer.pause_partitions(done)
         await super().on_recovery_completed(generation_id)
 
+    async def _seek_offsets(
+        self, consumer: ConsumerT, tps: set[TP], offsets: Counter[TP], title: str
+    ) -> None:
+        await super()._seek_offsets(consumer, tps, offsets, title)
+        if title == "active":
+            # Faust's _restart_recovery now decides whether to replay and waits for the replay
+            # to end: from here its offsets, highwaters and positions are this replay's, and
+            # `_end_replays_at_end_offsets` may end it. An end signalled before (Faust's loop
+            # signals whenever nothing seemed to be left, highwaters not built yet included)
+            # would end this replay before it began.
+            self.signal_recovery_end.clear()
+            self._replay = _Replay(self.app.consumer_generation_id)
+
+    def _replay_current(self, replay: _Replay) -> bool:
+        return (
+            self._replay is replay
+            and self.in_recovery
+            and not self.signal_recovery_start.is_set()
+            and self.app.consumer_generation_id == replay.generation
+        )
+
+    def _replay_short_of_end(self) -> dict[TP, int]:
+        """Actives whose replay has not reached the end offset: tp -> end offset."""
+        return {
+            tp: highwater + 1
+            for tp, highwater in self.active_highwaters.items()
+            if tp in self.active_tps
+            and highwater is not None
+            and highwater >= 0
+            and (offset := self.active_offsets.get(tp)) is not None
+            and offset < highwater
+        }
+
+    @Service.task
+    async def _end_replays_at_end_offsets(self) -> None:
+        # Faust's own loop notices the end of a replay only when the record at the end offset
+        # less one arrives, or after two idle timeouts (see the module docs).
+        while not self.should_stop:
+            await self.sleep(POSITION_PROBE_INTERVAL_S)
+            replay = self._replay
+            if replay is None or not self._replay_current(replay):
+                continue
+            try:
+                await self._probe_replay(replay)
+            except Exception as exc:  # e.g. a partition no longer assigned (rebalance)
+                logger.debug("streamapp: replay position probe: %r", exc)
+
+    async def _probe_replay(self, replay: _Replay) -> None:
+        consumer = self.app.consumer
+        if fetches_started(consumer) is None:
+            return
+        short = self._replay_short_of_end()
+        if short:
+            reached = {
+                tp: end
+                for tp, end in short.items()
+                if (position := consumer_position(consumer, tp)) is not None and position >= end
+            }
+            if not reached:
+                return
+            # Every record below those positions has been fetched. Once the fetch loop begins
+            # its next fetch, it has handed every one of them to the changelog queue.
+            mark = fetches_started(consumer)
+            while fetches_started(consumer) == mark:
+                await self.sleep(POSITION_PROBE_INTERVAL_S / 4)
+                if not self._replay_current(replay):
+                    return
+            if not self._replay_current(replay):
+                return
+            for tp, end in reached.items():
+                offset = self.active_offsets.get(tp)
+                through = handed_out_through(consumer, tp)
+                if offset is None or (through is not None and offset < through):
+                    continue  # records handed out are still in the queue: not applied yet
+                # Nothing is left below the end offset to come: the offsets up to it held
+                # markers, aborted or compacted records. Faust's fallback sets the same.
+                if offset < end - 1:
+                    self.active_offsets[tp] = end - 1
+                    replay.ended_at_end[tp] = end
+        if self.need_recovery():
+            return
+        if replay.ended_at_end and not replay.reported:
+            replay.reported = True
+            logger.info(
+                "streamapp: replay ended at the changelog end offset (consumer position "
+                "reached it; no record at the offset below it): %s",
+                ", ".join(
+                    f"{tp.topic}[{tp.partition}]@{end}"
+                    for tp, end in sorted(replay.ended_at_end.items())
+                ),
+            )
+        # As Faust's loop does when its own count says the replay is done. Set again at
+        # every probe until the replay ends: Faust's loop clears it as it takes each record,
+        # and _restart_recovery may only be about to wait for it.
+        self.signal_recovery_end.set()
+
     async def _build_offsets(
         self, consumer: ConsumerT, tps: set[TP], destination: Counter[TP], title: str
     ) -> None:
         # Faust's (private, see the import check), once stores that claim more than their
         # changelog holds are set aside: their offsets are in ``destination`` (from
         # `add_active` / `add_standby`), and replay then starts at the log's start.
+        persisted_offsets: dict[TP, int | None] = {}
         if tps:
             if title == "active":
                 # The very numbers Faust's consistency check compares against, built just now.
@@ -114,7 +301,18 @@ class Recovery(FaustRecovery):
                     assert persisted is not None
                     self._rebuild(tp, persisted, highwaters[tp])
                     destination[tp] = None  # type: ignore[assignment]  # as Faust's own _add
+                persisted_offsets[tp] = destination.get(tp)
+        # Faust starts each replay at the later of the store's offset and the log start less
+        # one (it reads the log start from the broker): a start later than the store's offset
+        # means records the store needs were deleted (retention, DeleteRecords). Replay would
+        # lay what remains over state they had changed, so the store goes, and the replay
+        # starts at the log start as for an empty store.
         await super()._build_offsets(consumer, tps, destination, title)
+        for tp, persisted in sorted(persisted_offsets.items()):
+            start = destination.get(tp)
+            if records_missing_before_start(persisted, None if start is None else start + 1):
+                assert persisted is not None and start is not None
+                self._rebuild_trimmed(tp, persisted, start + 1)
 
     def _rebuild(self, tp: TP, persisted: int, highwater: int) -> None:
         table = self.tp_to_table[tp]
@@ -131,9 +329,59 @@ class Recovery(FaustRecovery):
             target,
         )
 
+    def _rebuild_trimmed(self, tp: TP, persisted: int, log_start: int) -> None:
+        table = self.tp_to_table[tp]
+        target = store_guard.close_and_move_aside(table, tp.partition)
+        logger.warning(
+            "streamapp: local store of table %s partition %d: changelog %s starts at %d but "
+            "the local store needs its records from %d (deleted by retention or "
+            "DeleteRecords): rebuilt from the changelog's start (store moved to %s)",
+            table.name,
+            tp.partition,
+            tp.topic,
+            log_start,
+            persisted + 1,
+            target,
+        )
+
 
 class TableManager(FaustTableManager):
-    """Faust's table manager, recovering through `Recovery` (set as ``TableManager``)."""
+    """Faust's table manager, recovering through `Recovery` (set as ``TableManager``).
+
+    Under exactly_once Faust keeps each store's changelog offset aside until the transaction
+    that wrote it commits (``persist_offset_on_commit``), keyed by changelog partition, and at a
+    commit looks it up by the committed source partitions: it never finds one, so no store ever
+    had an offset. Every restart replayed every changelog from its start over the store, and a
+    store whose changelog was recreated or trimmed could not be told from a current one. Here
+    an offset is persisted once the transaction it was written in has committed (see
+    `on_commit`).
+    """
+
+    def on_commit(self, offsets: MutableMapping[TP, int]) -> None:
+        super().on_commit(offsets)
+        pending = pending_persisted_offsets(self)  # empty but under exactly_once
+        if not pending:
+            return
+        # Faust's transactional id of a record is "<app id>-<topic group>-<partition>" (its
+        # TransactionManager's send and commit): a committed source partition committed the
+        # changelog records written under the same group and partition.
+        committed = {
+            (group, tp.partition)
+            for tp in offsets
+            if (group := self._topic_group(tp.topic)) is not None
+        }
+        for tp, (store, offset) in list(pending.items()):
+            if (self._topic_group(tp.topic), tp.partition) in committed:
+                store.set_persisted_offset(tp, offset)
+                # Written: a later entry for the partition starts afresh, and none lingers
+                # for a partition revoked (its store closed) since.
+                del pending[tp]
+
+    def _topic_group(self, topic: str) -> int | None:
+        try:
+            return self.app.assignor.group_for_topic(topic)
+        except KeyError:  # a topic the assignor has not grouped (not subscribed)
+            return None
 
     async def on_rebalance(
         self,

@@ -38,6 +38,11 @@
 
 9. A revocation commits what was processed (at-least-once too; see
    ``Consumer.on_partitions_revoked``): Faust forgot it, and the next owner processed it again.
+
+10. The fetch loop counts the fetches it begins (``Consumer.fetches_started``): one that begins
+    has handed every record of the one before to its queue, which is how table recovery knows
+    that what aiokafka's position has passed has reached the changelog queue (see
+    ``tables.recovery``).
 """
 
 from __future__ import annotations
@@ -158,6 +163,8 @@ class Consumer(faust_aiokafka.Consumer):
         self._streams_await_seek = False
         self._resume_after_seek: set[TP] = set()
         self._refusals_logged: set[tuple[TP, int]] = set()
+        #: Fetches Faust's fetch loop has begun (see the module docs, 9).
+        self.fetches_started = 0
         self._handing_out.set()
         self._commit_lock = asyncio.Lock()
         hand_out = self.callback
@@ -201,6 +208,8 @@ class Consumer(faust_aiokafka.Consumer):
     async def getmany(self, timeout: float) -> AsyncIterator[tuple[TP, Message]]:
         # Marks the fetch loop's task, for perform_seek (only Faust's fetch loop calls this).
         IN_FETCH_LOOP.set(True)
+        # The fetch loop hands out one fetch's records before it begins the next.
+        self.fetches_started += 1
         async for tp, message in super().getmany(timeout):
             yield tp, message
 

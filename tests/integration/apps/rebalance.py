@@ -28,6 +28,8 @@ app = App(
     broker_rebalance_timeout=30.0,
     broker_commit_every=500,
     broker_commit_interval=1.0,
+    # bench/rebalance.py --exactly-once
+    processing_guarantee=os.environ.get("REBALANCE_GUARANTEE", "at_least_once"),
     # The benchmark's baseline runs the same app under stock Faust's assignor.
     **(
         {"PartitionAssignor": os.environ["REBALANCE_ASSIGNOR"]}

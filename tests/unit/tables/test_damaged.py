@@ -16,6 +16,7 @@ from tables.damaged import (
     damaged_path,
     move_aside,
     offset_beyond_end,
+    records_missing_before_start,
     set_aside_unreadable,
     unreadable_because,
     without_partitions,
@@ -187,6 +188,24 @@ def test_damaged_paths_never_collide(tmp_path: Path) -> None:
 )
 def test_offset_beyond_end(persisted: int | None, highwater: int | None, expected: bool) -> None:
     assert offset_beyond_end(persisted, highwater) is expected
+
+
+@pytest.mark.parametrize(
+    ("persisted", "log_start", "expected"),
+    [
+        (None, 10, False),  # applied nothing: the replay starts at the log start anyway
+        (-1, 10, False),
+        (9, 10, False),  # the next record needed is the first one kept
+        (20, 10, False),  # ahead of the log start: the replay goes on from the store
+        (8, 10, True),  # offset 9 was deleted
+        (41, 1000, True),
+        (41, None, False),  # start unknown: no verdict
+    ],
+)
+def test_records_missing_before_start(
+    persisted: int | None, log_start: int | None, expected: bool
+) -> None:
+    assert records_missing_before_start(persisted, log_start) is expected
 
 
 @pytest.mark.parametrize(

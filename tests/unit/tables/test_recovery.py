@@ -52,3 +52,40 @@ async def test_offsets_of_partitions_no_longer_standbys_are_dropped(tmp_path: Pa
     app.consumer_generation_id = 7
     await recovery.on_rebalance(set(), set(), set(), generation_id=6)
     assert promoted not in recovery.standby_offsets
+
+
+class _Store:
+    def __init__(self) -> None:
+        self.persisted: dict[TP, int] = {}
+
+    def set_persisted_offset(self, tp: TP, offset: int) -> None:
+        self.persisted[tp] = offset
+
+
+def test_under_exactly_once_a_commit_persists_the_offsets_its_transactions_wrote(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    # Faust keeps them by changelog partition and looked them up by source partition: never
+    # found, no store had an offset, every restart replayed every changelog in full.
+    app = App(
+        "t-recovery",
+        broker="kafka://127.0.0.1:1",
+        datadir=str(tmp_path),
+        processing_guarantee="exactly_once",
+    )
+    app.Table("counts", default=int, partitions=2)
+    changelog = "t-recovery-counts-changelog"
+    groups = {"t-recovery-events": 0, changelog: 0, "other-events": 1}
+    monkeypatch.setattr(app.assignor, "group_for_topic", lambda topic: groups[topic])
+    store = _Store()
+    tables = app.tables
+    tables.persist_offset_on_commit(store, TP(changelog, 0), 41)  # type: ignore[arg-type]
+    tables.persist_offset_on_commit(store, TP(changelog, 1), 17)  # type: ignore[arg-type]
+
+    # Another group's partition 0, and a topic no group has: not these transactions.
+    tables.on_commit({TP("other-events", 0): 5, TP("unknown", 0): 3})
+    assert store.persisted == {}
+    tables.on_commit({TP("t-recovery-events", 0): 5})
+    assert store.persisted == {TP(changelog, 0): 41}
+    tables.on_commit({TP("t-recovery-events", 1): 9})
+    assert store.persisted == {TP(changelog, 0): 41, TP(changelog, 1): 17}

@@ -1,0 +1,62 @@
+"""The recovery-end tests' app: counts events per key in a changelog table; an event whose value
+is ``delete`` deletes its key instead (a tombstone in the changelog).
+
+Each test runs its own app id (topics, group) on the session's broker, under the processing
+guarantee it asks for, both from the environment.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from streamapp import App
+
+PARTITIONS = 2
+APP_ID_ENV = "IT_RECOVERY_END_APP_ID"
+GUARANTEE_ENV = "IT_RECOVERY_END_GUARANTEE"
+APP_ID = os.environ.get(APP_ID_ENV, "it-recovery-end")
+TABLE = "rec-counts"
+
+
+def source_topic(app_id: str) -> str:
+    return f"{app_id}-events"
+
+
+def changelog_topic(app_id: str) -> str:
+    return f"{app_id}-{TABLE}-changelog"
+
+
+app = App(
+    APP_ID,
+    topic_partitions=PARTITIONS,
+    processing_guarantee=os.environ.get(GUARANTEE_ENV, "exactly_once"),
+    # One worker at a time in these tests: no standby to place.
+    num_standby_replicas=0,
+    broker_commit_interval=0.5,
+)
+events = app.topic(
+    source_topic(APP_ID),
+    key_type=str,
+    value_type=bytes,
+    key_serializer="raw",
+    value_serializer="raw",
+    partitions=PARTITIONS,
+)
+counts = app.Table(TABLE, default=int, partitions=PARTITIONS)
+
+
+@app.agent(events)
+async def count_events(stream: Any) -> None:
+    async for key, value in stream.items():
+        if value == b"delete":
+            if key in counts:
+                del counts[key]
+        else:
+            counts[key] += 1
+
+
+@app.page("/counts/")
+async def get_counts(web: Any, request: Any) -> Any:
+    # Only this worker's partitions; the tests run one worker, which holds them all.
+    return web.json({key: value for key, value in counts.items()})
