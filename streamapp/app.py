@@ -74,7 +74,7 @@ class App(FaustApp):
         options.setdefault("web_bind", "127.0.0.1")
         options.setdefault("PartitionAssignor", assignment_wiring.PARTITION_ASSIGNOR)
         # Recovery that never resumes streams over records it has counted but not stored.
-        options.setdefault("TableManager", "tables.recovery:TableManager")
+        options.setdefault("TableManager", "streamapp.faust_compat.recovery:TableManager")
         # Records of a fetch in timestamp order across partitions (see streamapp.scheduling).
         options.setdefault("ConsumerScheduler", "streamapp.scheduling:TimestampOrderScheduling")
         # Records that do not decode, or make an agent raise, meet bad_record_policy.

@@ -1,11 +1,13 @@
 """The one place streamapp touches private names of Faust (faust-streaming) and aiokafka.
 
 streamapp corrects and extends Faust in a few places that Faust does not open to users: its
-consumer's fetch, commit and rebalance paths (`streamapp.faust_compat.transport`), its
-assignor's hand-over of an assignment and its RocksDB store's open handles
-(`streamapp.faust_compat.access`). Every private name those rely on is listed in
-`PRIVATE_NAMES` below, and nowhere else in streamapp is one named (a unit test reads every
-module for them).
+consumer's fetch, commit and rebalance paths (`streamapp.faust_compat.transport`), its table
+recovery (`streamapp.faust_compat.recovery`), its app's producer start and transport
+(`streamapp.faust_compat.app`), its assignor's leader step (`streamapp.faust_compat.assignor`),
+and reads and writes of its internals for the rest of streamapp: the group coordinator, the
+assignment hand-over, its RocksDB store's open handles (`streamapp.faust_compat.access`).
+Every private name those rely on is listed in `PRIVATE_NAMES` below, and nowhere else in
+streamapp is one named (a unit test reads every module for them).
 
 At import, this package checks that the installed Faust and aiokafka are the versions these
 touch points were written against, and that each listed name still exists. Anything else
@@ -48,6 +50,16 @@ PRIVATE_NAMES: dict[str, tuple[str, ...]] = {
         "_filter_committable_offsets",
         "_wait_for_ack",
         "_commit_fut",
+        "_read_offset",  # recovery: the last record handed out per partition
+    ),
+    "faust.tables.recovery:Recovery": (
+        "_build_offsets",  # recovery: stores claiming more than their changelog go aside
+        "_seek_offsets",  # recovery: where a replay starts being this replay's
+    ),
+    "faust.tables.manager:TableManager": (
+        "_pending_persisted_offsets",  # recovery: exactly_once store offsets, once committed
+        "_changelog_queue",  # recovery: the queue, not cleared on every resume
+        "_recovery",
     ),
     "aiokafka.consumer.consumer:AIOKafkaConsumer": (
         "_partition_assignment_strategy",  # read by start() to build the coordinator

@@ -26,7 +26,7 @@
    processed twice. Only recovery's seek resumes them, never the fetch loop's.
 
 6. A changelog record fetched under a previous generation is dropped, not handed to table
-   recovery (see ``tables.recovery``).
+   recovery (see ``streamapp.faust_compat.recovery``).
 
 7. Records fetched for a partition that is not active when they arrive are not dropped while
    aiokafka's position passes them: the partition goes back to the first of them (see
@@ -42,7 +42,7 @@
 10. The fetch loop counts the fetches it begins (``Consumer.fetches_started``): one that begins
     has handed every record of the one before to its queue, which is how table recovery knows
     that what aiokafka's position has passed has reached the changelog queue (see
-    ``tables.recovery``).
+    ``streamapp.faust_compat.recovery``).
 """
 
 from __future__ import annotations
@@ -184,7 +184,7 @@ class Consumer(faust_aiokafka.Consumer):
             elif message.generation_id != self.app.consumer_generation_id:
                 # A changelog record fetched under the previous assignment: table recovery
                 # counts what it takes without asking which generation fetched it, and seeks
-                # every changelog partition it keeps afresh (see tables.recovery, path 3).
+                # every changelog partition it keeps afresh (see faust_compat.recovery, path 3).
                 return
             await hand_out(message)
 

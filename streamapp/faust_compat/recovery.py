@@ -75,14 +75,11 @@ from tables.damaged import offset_beyond_end, records_missing_before_start
 
 logger = logging.getLogger(__name__)
 
-# Faust private: the step of `Recovery._restart_recovery` that seeds where each partition's
-# replay starts, run after the actives' highwaters are known and before the consistency check.
-if not callable(getattr(FaustRecovery, "_build_offsets", None)):
-    raise ImportError("faust.tables.recovery.Recovery no longer has _build_offsets")
-# Faust private: the step of `Recovery._restart_recovery` that seeks the partitions to replay,
-# run right before it decides whether to replay the actives and waits for the end of it.
-if not callable(getattr(FaustRecovery, "_seek_offsets", None)):
-    raise ImportError("faust.tables.recovery.Recovery no longer has _seek_offsets")
+# Faust private (checked at import, see `streamapp.faust_compat`): ``Recovery._build_offsets``,
+# the step of ``_restart_recovery`` that seeds where each partition's replay starts, run after
+# the actives' highwaters are known and before the consistency check; ``_seek_offsets``, the
+# step that seeks the partitions to replay, run right before it decides whether to replay the
+# actives and waits for the end of it.
 
 #: How often a replay asks where the consumer stands in the actives' changelogs.
 POSITION_PROBE_INTERVAL_S = 0.1
@@ -108,7 +105,7 @@ def consumer_position(consumer: ConsumerT, tp: TP) -> int | None:
     behind the fetch in progress (up to a second while the changelogs are idle). Positions
     change only as fetches return records, and by seeks and offset resets. Private names of
     Faust (``_thread``, ``_consumer``, its consumer thread's aiokafka consumer) and aiokafka
-    (``_subscription``, as `streamapp.transport.ConsumerThread.verify_event_path` reads it).
+    (``_subscription``, as `transport.ConsumerThread.verify_event_path` reads it).
     """
     thread = getattr(consumer, "_thread", None)
     aiokafka_consumer = getattr(thread, "_consumer", None)
@@ -126,7 +123,7 @@ def consumer_position(consumer: ConsumerT, tp: TP) -> int | None:
 
 def fetches_started(consumer: ConsumerT) -> int | None:
     """How many fetches Faust's fetch loop has begun: a streamapp consumer counts them (see
-    `streamapp.transport`, 9), as every record of a fetch is handed out before the next one
+    `transport`, 10), as every record of a fetch is handed out before the next one
     begins. None for another consumer: replays then end only where Faust ends them."""
     started = getattr(consumer, "fetches_started", None)
     return started if isinstance(started, int) else None
@@ -282,7 +279,7 @@ class Recovery(FaustRecovery):
     async def _build_offsets(
         self, consumer: ConsumerT, tps: set[TP], destination: Counter[TP], title: str
     ) -> None:
-        # Faust's (private, see the import check), once stores that claim more than their
+        # Faust's (private, checked at import), once stores that claim more than their
         # changelog holds are set aside: their offsets are in ``destination`` (from
         # `add_active` / `add_standby`), and replay then starts at the log's start.
         persisted_offsets: dict[TP, int | None] = {}

@@ -1,4 +1,4 @@
-"""tables.recovery: what Faust's recovery holds is written or dropped only where it is safe."""
+"""faust_compat.recovery: what recovery holds is written or dropped only where it is safe."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 from faust.types import TP
 
 from streamapp import App
-from tables.recovery import Recovery, TableManager
+from streamapp.faust_compat.recovery import Recovery, TableManager
 
 
 def _app(tmp_path: Path) -> Any:

@@ -1,0 +1,152 @@
+"""streamapp.faust_compat: the one place that names a private Faust or aiokafka name.
+
+Checked three ways: the installed releases pass the import-time check; a missing name or another
+release fails it with one line naming what changed; and no module outside the package names a
+private attribute of Faust, aiokafka or mode, or overrides one in a subclass.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import inspect
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import streamapp.faust_compat as faust_compat
+
+REPO = Path(__file__).resolve().parents[3]
+#: Every package and directory of streamapp's own code (tests excluded: they may probe).
+SCANNED = ("streamapp", "assignor", "tables", "standby", "examples", "bench")
+COMPAT = REPO / "streamapp" / "faust_compat"
+THIRD_PARTY = ("faust", "aiokafka", "mode")
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def _third_party_private_names() -> set[str]:
+    """Every single-underscore name Faust, aiokafka and mode define or read, from their source."""
+    names: set[str] = set()
+    for package in THIRD_PARTY:
+        root = Path(importlib.import_module(package).__file__ or "").parent
+        for path in root.rglob("*.py"):
+            try:
+                tree = ast.parse(path.read_text(encoding="utf-8"))
+            except (SyntaxError, UnicodeDecodeError):
+                continue
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Attribute) and _private(node.attr):
+                    names.add(node.attr)
+                elif isinstance(
+                    node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef
+                ) and _private(node.name):
+                    names.add(node.name)
+    return names
+
+
+def _own_names(tree: ast.AST) -> set[str]:
+    """Private names a module defines itself: functions, classes, ``x._name = ...`` targets."""
+    own: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            own.add(node.name)
+        elif isinstance(node, ast.Assign | ast.AnnAssign | ast.AugAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                if isinstance(target, ast.Attribute):
+                    own.add(target.attr)
+                elif isinstance(target, ast.Name):
+                    own.add(target.id)
+    return own
+
+
+def _modules() -> list[Path]:
+    found = []
+    for top in SCANNED:
+        for path in sorted((REPO / top).rglob("*.py")):
+            if COMPAT not in path.parents:
+                found.append(path)
+    return found
+
+
+def test_the_installed_releases_pass_the_check() -> None:
+    assert faust_compat.problems(faust_compat.PRIVATE_NAMES, faust_compat.PINNED_VERSIONS) == []
+
+
+def test_a_missing_name_or_another_release_fails_with_one_line(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(
+        faust_compat,
+        "PRIVATE_NAMES",
+        {**faust_compat.PRIVATE_NAMES, "faust.transport.consumer:Consumer": ("_acked", "_gone")},
+    )
+    monkeypatch.setattr(faust_compat, "PINNED_VERSIONS", {"aiokafka": "0.99.0"})
+    monkeypatch.delenv("STREAMAPP_SKIP_FAUST_CHECK", raising=False)
+    with pytest.raises(faust_compat.FaustCompatError) as raised:
+        faust_compat.check()
+    message = str(raised.value)
+    assert "\n" not in message
+    assert "faust.transport.consumer:Consumer has no _gone" in message
+    assert "aiokafka 0.14.0 is installed, streamapp was checked with 0.99.0" in message
+    assert "_acked" not in message
+
+
+def test_no_module_outside_the_compat_layer_names_a_private_faust_or_aiokafka_name() -> None:
+    theirs = _third_party_private_names()
+    assert {"_acked", "_getmany", "_coordinator", "_dbs"} <= theirs  # the scan sees their code
+    offenders: dict[str, list[str]] = {}
+    for path in _modules():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        own = _own_names(tree)
+        used = {
+            node.attr
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Attribute) and node.attr in theirs and node.attr not in own
+        }
+        if used:
+            offenders[str(path.relative_to(REPO))] = sorted(used)
+    assert offenders == {}, "private Faust/aiokafka names outside streamapp/faust_compat"
+
+
+def test_no_class_outside_the_compat_layer_overrides_a_private_faust_or_aiokafka_name() -> None:
+    """A subclass of a Faust or aiokafka class neither overrides one of their private names nor
+    reads or sets one on ``self`` (an attribute it sets under a name of theirs would clobber
+    theirs)."""
+    theirs = _third_party_private_names()
+    offenders: list[str] = []
+    for path in _modules():
+        if "spark" in path.parts or path.name == "__main__.py":
+            continue  # PySpark jobs, entry points: no Faust classes
+        module_name = ".".join(path.relative_to(REPO).with_suffix("").parts)
+        module_name = module_name.removesuffix(".__init__")
+        module = importlib.import_module(module_name)
+        for _, cls in inspect.getmembers(module, inspect.isclass):
+            if cls.__module__ != module.__name__:
+                continue
+            bases = [b for b in cls.__mro__[1:] if b.__module__.split(".")[0] in THIRD_PARTY]
+            if not bases:
+                continue
+            for name in vars(cls):
+                if name == "_abc_impl":
+                    continue  # abc.ABCMeta's own bookkeeping, set on every subclass
+                if _private(name) and any(name in vars(b) for b in bases):
+                    offenders.append(f"{module_name}.{cls.__qualname__}.{name} (override)")
+            try:
+                source = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+            except OSError:  # made by a function or a metaclass: no source of its own
+                continue
+            for node in ast.walk(source):
+                if (
+                    isinstance(node, ast.Attribute)
+                    and isinstance(node.value, ast.Name)
+                    and node.value.id == "self"
+                    and node.attr in theirs
+                    and node.attr not in vars(cls)  # its own method, under a name they use too
+                ):
+                    offenders.append(f"{module_name}.{cls.__qualname__}: self.{node.attr}")
+    assert sorted(set(offenders)) == [], "private Faust/aiokafka names outside the compat layer"
