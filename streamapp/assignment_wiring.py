@@ -17,8 +17,15 @@ TICK_S = 1.0
 
 
 def new_transport(app: Any) -> TransportT:
-    """The app's consumer transport: Faust's aiokafka one that always uses our assignor."""
+    """The app's consumer transport: Faust's aiokafka one that always uses our assignor.
+
+    Every consumer it builds runs aiokafka's group coordinator as `streamapp.coordinator`
+    patches it: an error answer to JoinGroup or SyncGroup is retried, not fatal.
+    """
+    from streamapp import coordinator
     from streamapp.transport import Transport
+
+    coordinator.install()
 
     # As faust.App._new_transport does it: every consumer broker URL, no loop (resolved lazily).
     return Transport(app.conf.broker_consumer, app)
