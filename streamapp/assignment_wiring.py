@@ -20,12 +20,15 @@ def new_transport(app: Any) -> TransportT:
     """The app's consumer transport: Faust's aiokafka one that always uses our assignor.
 
     Every consumer it builds runs aiokafka's group coordinator as `streamapp.coordinator`
-    patches it: an error answer to JoinGroup or SyncGroup is retried, not fatal.
+    patches it: an error answer to JoinGroup or SyncGroup is retried, not fatal. A write to a
+    partition the producer does not know (a changelog deleted) waits for it
+    (`streamapp.producer_wait`).
     """
-    from streamapp import coordinator
+    from streamapp import coordinator, producer_wait
     from streamapp.transport import Transport
 
     coordinator.install()
+    producer_wait.install()
 
     # As faust.App._new_transport does it: every consumer broker URL, no loop (resolved lazily).
     return Transport(app.conf.broker_consumer, app)
