@@ -15,7 +15,7 @@ TICK_S = 1.0
 
 
 def install(app: Any) -> None:
-    """Attach the replica runtime to ``app`` and register its web view, signals and task."""
+    """Attach the replica runtime to ``app`` and register its web view, signals and tasks."""
     settings = app.streamapp_settings
     runtime = ReplicaRuntime(
         app,
@@ -34,3 +34,20 @@ def install(app: Any) -> None:
             await runtime.tick()
 
     app.task(streamapp_replicas)
+
+    async def streamapp_changelog_watch() -> None:
+        # Declared tables only exist once the app module ran: read them when the worker runs.
+        from streamapp.changelog_watch import CHECK_INTERVAL_S, ChangelogWatch
+        from streamapp.topic_check import declared_topics
+        from streamapp.worker import app_bootstrap
+
+        watch = ChangelogWatch(
+            app_bootstrap(app),
+            declared_topics(app).tables,
+            app.conf.topic_replication_factor,
+        )
+        while True:
+            await asyncio.sleep(CHECK_INTERVAL_S)
+            await watch.check()
+
+    app.task(streamapp_changelog_watch)

@@ -5,7 +5,8 @@ consumer's fetch, commit and rebalance paths (`streamapp.faust_compat.transport`
 recovery (`streamapp.faust_compat.recovery`), its app's producer start and transport
 (`streamapp.faust_compat.app`), its assignor's leader step (`streamapp.faust_compat.assignor`),
 and reads and writes of its internals for the rest of streamapp: the group coordinator, the
-assignment hand-over, its RocksDB store's open handles (`streamapp.faust_compat.access`).
+assignment hand-over, its RocksDB store's open handles (`streamapp.faust_compat.access`); and
+aiokafka's group coordinator and producer (`coordinator`, `producer_wait`).
 Every private name those rely on is listed in `PRIVATE_NAMES` below, and nowhere else in
 streamapp is one named (a unit test reads every module for them).
 
@@ -68,6 +69,11 @@ PRIVATE_NAMES: dict[str, tuple[str, ...]] = {
         "_client",
     ),
     "faust.app.base:App": ("_new_transport", "_consumer"),
+    "aiokafka.consumer.group_coordinator:CoordinatorGroupRebalance": (
+        "_send_sync_group_request",  # coordinator: error answers retried, not raised
+        "_coordinator",
+        "_retry_backoff_ms",
+    ),
     "faust.assignor.partition_assignor:PartitionAssignor": (
         "_perform_assignment",
         "_assignment",

@@ -6,6 +6,7 @@ import faust
 from faust.types import ProducerT, TransportT
 from mode.utils.futures import stampede
 
+from streamapp.faust_compat import coordinator, producer_wait
 from streamapp.faust_compat.transport import Transport
 
 
@@ -36,5 +37,9 @@ class FaustApp(faust.App):
 
     def _new_transport(self) -> TransportT:
         # Faust's, except that the consumer runs our assignor even without tables or standbys
-        # (transport fix 1). As faust.App._new_transport: every consumer broker URL.
+        # (transport fix 1). As faust.App._new_transport: every consumer broker URL. Its group
+        # coordinator survives error answers to JoinGroup and SyncGroup (`coordinator`), and a
+        # write to a partition the producer does not know waits for it (`producer_wait`).
+        coordinator.install()
+        producer_wait.install()
         return Transport(self.conf.broker_consumer, self)

@@ -8,7 +8,11 @@ group protocol but is no streamapp worker.
 - ``liar``: well-formed streamapp metadata that lies: generation 10**6, every partition of every
   topic owned, every changelog (topics ending in ``-changelog``) applied up to offset 10**9;
 - ``offsets``: well-formed streamapp metadata whose only lie is its offsets (10**9, as a store
-  that claims more than its changelog holds would report): no generation, nothing owned.
+  that claims more than its changelog holds would report): no generation, nothing owned;
+- ``envelope``: random bytes as the whole subscription (not only its user data), so the
+  broker itself cannot parse the consumer protocol's envelope (version, topics, user data).
+  A Kafka 3.9 broker throws on them as it completes the join, answers UNKNOWN_SERVER_ERROR and
+  leaves the group stuck (see `streamapp.faust_compat.coordinator`).
 
 It processes nothing and commits nothing; it prints one JSON line per event on stdout
 (``assigned``: its Kafka member id and the partitions the leader gave it; ``leader`` if the
@@ -19,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import signal
 import sys
 from collections.abc import Iterable, Mapping
@@ -60,7 +65,18 @@ class RogueAssignor(AbstractPartitionAssignor):
     def name(self) -> str:
         return PROTOCOL_NAME
 
-    def metadata(self, topics: Iterable[str]) -> ConsumerProtocolMemberMetadata:  # type: ignore[override]
+    def metadata(  # type: ignore[override]
+        self, topics: Iterable[str]
+    ) -> ConsumerProtocolMemberMetadata | bytes:
+        if self.mode == "envelope":
+            # aiokafka sends bytes as they are. Bytes 2-5 are the number of topics (int32):
+            # its top bit set, it is < 0 (a null array), which a Kafka 3.9 broker's parser
+            # throws on. Wholly random bytes almost always fail there or on a length past the
+            # end, with the same outcome (seen: a version < 0, or a topic name of 28672 bytes);
+            # pinned so that the test does not hang on the odd bytes that parse.
+            envelope = bytearray(os.urandom(64))
+            envelope[2] |= 0x80
+            return bytes(envelope)
         if self.mode == "garbage":
             # Right header and version, then bytes that do not inflate.
             data = b"SA\x01this is no zlib stream"
@@ -104,7 +120,7 @@ def lying_metadata(counts: Mapping[str, int], *, claims: bool) -> bytes:
 
 
 async def main(bootstrap: str, group: str, mode: str, counts: dict[str, int]) -> None:
-    if mode not in ("garbage", "liar", "offsets"):
+    if mode not in ("garbage", "liar", "offsets", "envelope"):
         raise SystemExit(f"unknown mode {mode!r}")
     assignor = RogueAssignor(mode, counts)
     consumer = AIOKafkaConsumer(

@@ -1,0 +1,180 @@
+"""aiokafka's group coordinator, made to survive error answers to JoinGroup and SyncGroup.
+
+aiokafka 0.14 raises a bare ``KafkaError`` out of a rebalance when the broker answers JoinGroup
+or SyncGroup with an error code it does not expect (UNKNOWN_SERVER_ERROR, ...). Its coordination
+loop hands that error to the next ``getmany``, where Faust's fetcher crashes and takes the worker
+down. A Kafka 3.9 broker answers UNKNOWN_SERVER_ERROR when a member of the group joined with a
+subscription the broker itself cannot parse (``non-nullable field topics was serialized as
+null`` in its log): the member whose JoinGroup completed the join gets that answer, the others
+get no answer at all until their requests time out, and the group stays stuck in
+PreparingRebalance until the group's coordinator reloads it (a broker restart, or the
+``__consumer_offsets`` partition moving), even after that member left. Nothing a client sends
+ends that state; what a worker can do is stay alive, keep its local state, say once what the
+broker answered, and keep trying.
+
+The broker's parser is stricter than aiokafka's (it throws on whatever aiokafka would fail to
+decode), so no leader is handed such a subscription: the group is stuck before a leader is.
+
+So, installed once per process by `install` (from `streamapp.faust_compat.app`, which builds
+every worker's transport):
+
+- an unexpected error answer to JoinGroup or SyncGroup is not raised: the rebalance is given up
+  and tried again, after a backoff that doubles from the consumer's ``retry_backoff_ms`` up to
+  `MAX_BACKOFF_S`. One WARNING names the request and the broker's answer at the first failure,
+  and one INFO line says when the group was joined again; aiokafka's own ERROR line for each
+  such answer is dropped (a filter on its logger). Answers that say the worker's configuration
+  is wrong (authorization, session timeout, group id, protocol) still stop it, as before: no
+  wait can heal them.
+
+Private aiokafka names touched, checked at import with the others (`streamapp.faust_compat`),
+so that an aiokafka upgrade that renames them fails loudly instead of silently unpatching:
+
+- ``aiokafka.consumer.group_coordinator.CoordinatorGroupRebalance``: methods
+  ``perform_group_join`` and ``_send_sync_group_request`` (wrapped), attributes
+  ``_coordinator``, ``group_id``, ``_retry_backoff_ms``;
+- the logger ``aiokafka.consumer.group_coordinator`` and its two messages for unexpected
+  answers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiokafka import errors as kafka_errors
+from aiokafka.consumer import group_coordinator as aiokafka_gc
+
+logger = logging.getLogger(__name__)
+
+#: The longest wait between two attempts to join after error answers. Long enough not to hammer
+#: a broker that fails every join; short enough that a group the broker serves again resumes
+#: within seconds.
+MAX_BACKOFF_S = 10.0
+
+#: aiokafka's log messages for the answers this module handles (one per attempt, at ERROR).
+_AIOKAFKA_MESSAGES = (
+    "Unexpected error in join group",
+    "Unexpected error from SyncGroup",
+)
+#: Answers that say this worker's own configuration is wrong: raised, as aiokafka raises them.
+_FATAL = (
+    kafka_errors.GroupAuthorizationFailedError,
+    kafka_errors.InconsistentGroupProtocolError,
+    kafka_errors.InvalidSessionTimeoutError,
+    kafka_errors.InvalidGroupIdError,
+)
+
+
+class _AiokafkaAnswerFilter(logging.Filter):
+    """Drops aiokafka's per-attempt ERROR lines for the answers this module reports once."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (isinstance(record.msg, str) and record.msg.startswith(_AIOKAFKA_MESSAGES))
+
+
+def _is_error_answer(exc: BaseException) -> bool:
+    # aiokafka raises ``KafkaError(repr(error))`` with no cause for an unexpected answer, and
+    # ``KafkaError(repr(e)) from e`` when the leader's own assignment raised: that one is a bug
+    # of this worker, not an answer, and still stops it.
+    return type(exc) is kafka_errors.KafkaError and exc.__cause__ is None
+
+
+def describe_answer(exc: BaseException) -> str:
+    """``error code -1 (UnknownError: An unexpected server error.)`` from aiokafka's message."""
+    text = str(exc.args[0]) if exc.args else str(exc)
+    match = re.fullmatch(r"(\w+)\(.*\)", text)
+    error = getattr(kafka_errors, match.group(1), None) if match else None
+    if isinstance(error, type) and issubclass(error, kafka_errors.BrokerResponseError):
+        errno, description = getattr(error, "errno", "?"), getattr(error, "description", "")
+        return f"error code {errno} ({error.__name__}: {description})"
+    return text
+
+
+class _JoinState:
+    """Per GroupCoordinator: error answers since the last successful join."""
+
+    def __init__(self) -> None:
+        self.failures = 0
+
+
+def _join_state(coordinator: Any) -> _JoinState:
+    state = getattr(coordinator, "_streamapp_join_state", None)
+    if state is None:
+        state = _JoinState()
+        coordinator._streamapp_join_state = state
+    return state
+
+
+def backoff_s(failures: int, retry_backoff_ms: int) -> float:
+    """The wait after the ``failures``-th error answer in a row: doubling, at most the cap."""
+    base = max(retry_backoff_ms, 1) / 1000
+    return float(min(base * 2 ** min(failures - 1, 30), MAX_BACKOFF_S))
+
+
+async def _perform_group_join(self: Any) -> Any:
+    state = _join_state(self._coordinator)
+    try:
+        result = await _original_perform_group_join(self)
+    except _FATAL:
+        raise
+    except kafka_errors.KafkaError as exc:
+        if not _is_error_answer(exc):
+            raise
+        state.failures += 1
+        if state.failures == 1:
+            request = getattr(exc, "streamapp_request", "JoinGroup")
+            logger.warning(
+                "streamapp: the broker answered %s for group %s with %s; this worker stays in "
+                "the group and keeps its local state, and tries again with a backoff growing "
+                "to %.0f s (logged once, until it joins again). A Kafka 3.x broker answers so "
+                "when a member joined with a subscription the broker cannot parse (its log "
+                "then says 'Unexpected error handling request' for JOIN_GROUP): the group "
+                "stays stuck until that member leaves and the broker is restarted",
+                request,
+                self.group_id,
+                describe_answer(exc),
+                MAX_BACKOFF_S,
+            )
+        await asyncio.sleep(backoff_s(state.failures, self._retry_backoff_ms))
+        return None  # aiokafka's loop tries the join again
+    if result is not None and state.failures:
+        logger.info(
+            "streamapp: joined group %s again after %d error answer(s) to JoinGroup/SyncGroup",
+            self.group_id,
+            state.failures,
+        )
+        state.failures = 0
+    return result
+
+
+async def _send_sync_group_request(self: Any, request: Any) -> Any:
+    try:
+        return await _original_send_sync_group_request(self, request)
+    except kafka_errors.KafkaError as exc:
+        if _is_error_answer(exc):
+            exc.streamapp_request = "SyncGroup"
+        raise
+
+
+_original_perform_group_join: Callable[[Any], Awaitable[Any]] = (
+    aiokafka_gc.CoordinatorGroupRebalance.perform_group_join
+)
+_original_send_sync_group_request: Callable[[Any, Any], Awaitable[Any]] = (
+    aiokafka_gc.CoordinatorGroupRebalance._send_sync_group_request
+)
+_installed = False
+
+
+def install() -> None:
+    """Patch aiokafka's coordinator classes for this process (idempotent)."""
+    global _installed
+    if _installed:
+        return
+    _installed = True
+    rebalance = aiokafka_gc.CoordinatorGroupRebalance
+    rebalance.perform_group_join = _perform_group_join
+    rebalance._send_sync_group_request = _send_sync_group_request
+    logging.getLogger(aiokafka_gc.__name__).addFilter(_AiokafkaAnswerFilter())

@@ -1,0 +1,77 @@
+"""A write to a partition the producer's metadata does not have waits for it instead of
+crashing the worker.
+
+aiokafka 0.14's ``AIOKafkaProducer.send`` asserts that an explicitly given partition is in its
+metadata (``AssertionError: Unrecognized partition``). Faust writes every table change to the
+changelog partition of the table's partition, so a changelog deleted while the worker runs, or
+recreated with fewer partitions, or recreated while the producer still holds the metadata of
+the topic it replaced, crashed Faust's ProducerBuffer and the worker with it (issue 12).
+Here such a send first waits until the partition exists: it refreshes the producer's metadata
+with a backoff (doubling to `MAX_WAIT_S`) for as long as it takes. The table's agent waits
+with it, and `streamapp.changelog_watch` says once which changelog is wrong and what to do.
+
+Installed once per process by `install` (from `streamapp.faust_compat.app`).
+aiokafka names used: ``AIOKafkaProducer.send`` (wrapped), the producer's ``client`` and its
+``cluster.partitions_for_topic`` and ``force_metadata_update``; checked at import.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from typing import Any
+
+from aiokafka import AIOKafkaProducer
+from aiokafka.client import AIOKafkaClient
+from aiokafka.cluster import ClusterMetadata
+
+#: The longest wait between two metadata refreshes while a partition is missing.
+MAX_WAIT_S = 5.0
+
+if (
+    list(inspect.signature(AIOKafkaProducer.send).parameters)[:5]
+    != ["self", "topic", "value", "key", "partition"]
+    or not callable(getattr(AIOKafkaClient, "force_metadata_update", None))
+    or not callable(getattr(ClusterMetadata, "partitions_for_topic", None))
+):
+    raise RuntimeError(
+        "streamapp.faust_compat.producer_wait: AIOKafkaProducer.send(topic, value, key, "
+        "partition, ...), AIOKafkaClient.force_metadata_update or "
+        "ClusterMetadata.partitions_for_topic changed "
+        "(written for aiokafka 0.14); see the module's docstring"
+    )
+
+_original_send = AIOKafkaProducer.send
+_installed = False
+
+
+def _known(producer: Any, topic: str, partition: int) -> bool:
+    partitions = producer.client.cluster.partitions_for_topic(topic)
+    return partitions is not None and partition in partitions
+
+
+async def wait_for_partition(producer: Any, topic: str, partition: int) -> None:
+    delay = 0.1
+    while not _known(producer, topic, partition):
+        await producer.client.force_metadata_update()
+        if _known(producer, topic, partition):
+            return
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, MAX_WAIT_S)
+
+
+async def _send(
+    self: Any, topic: str, value: Any = None, key: Any = None, *args: Any, **kw: Any
+) -> Any:
+    partition = args[0] if args else kw.get("partition")
+    if partition is not None:
+        await wait_for_partition(self, topic, partition)
+    return await _original_send(self, topic, value, key, *args, **kw)
+
+
+def install() -> None:
+    """Wrap ``AIOKafkaProducer.send`` for this process (idempotent)."""
+    global _installed
+    if not _installed:
+        _installed = True
+        AIOKafkaProducer.send = _send
