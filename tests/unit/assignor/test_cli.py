@@ -104,7 +104,7 @@ def test_missing_file_through_python_dash_m(tmp_path: Path) -> None:
 @pytest.mark.parametrize("strategy", ["stateful", "faust"])
 def test_same_answer_whatever_the_hash_seed(tmp_path: Path, strategy: str) -> None:
     """Rule 8 across processes: set iteration order must not leak into results."""
-    scenario = REPO.parent / "shared" / "scenarios" / "adclick-scale-out.json"
+    scenario = REPO / "tests" / "data" / "scenarios" / "shared" / "adclick-scale-out.json"
     outputs = []
     for seed in ("1", "2"):
         run = subprocess.run(

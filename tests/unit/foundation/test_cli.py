@@ -5,7 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-SCENARIOS = Path(__file__).resolve().parents[3].parent / "shared" / "scenarios"
+SCENARIOS = Path(__file__).resolve().parents[3] / "tests" / "data" / "scenarios" / "shared"
 
 
 def _streamapp(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:

@@ -10,7 +10,7 @@ import pytest
 
 from assignor import plan
 
-SCENARIOS = Path(__file__).resolve().parents[4] / "shared" / "scenarios"
+SCENARIOS = Path(__file__).resolve().parents[3] / "tests" / "data" / "scenarios" / "shared"
 
 
 def _load(name: str) -> dict[str, Any]:
