@@ -16,7 +16,7 @@
    listed in ``revoking`` of the member that held it.
 
 Steps 1-5 are `decide`; the eager result is built straight from its
-per-group arrays by `task_result.build_task_result`, the cooperative one
+per-group arrays by `result.build_task_result`, the cooperative one
 through `placements` and the generic `result.build_result`.
 
 ``followup_rebalance`` is true when a task was held back or a partition is
@@ -34,9 +34,8 @@ from assignor.facts import Task, TaskFacts
 from assignor.grouper import Grouping
 from assignor.model import Scenario
 from assignor.quotas import active_quotas
-from assignor.result import build_result
+from assignor.result import Decision, build_result, build_task_result
 from assignor.standby_placement import place_standbys
-from assignor.task_result import Decision, build_task_result
 
 __all__ = ["assign_stateful", "decide", "placements"]
 
