@@ -44,6 +44,7 @@ from itertools import repeat
 from typing import Any, cast
 
 from assignor.errors import ScenarioError
+from assignor.union_find import UnionFind
 
 __all__ = [
     "MAX_PARTITIONS_PER_TOPIC",
@@ -272,24 +273,15 @@ def _known_topic_list(raw: object, path: str, topics: Mapping[str, int]) -> list
 
 def _check_declared_groups(groups: list[list[str]], topics: Mapping[str, int]) -> None:
     """Declared groups merge transitively; every merged group needs one count."""
-    parent: dict[str, str] = {}
-
-    def find(topic: str) -> str:
-        while parent.setdefault(topic, topic) != topic:
-            parent[topic] = parent[parent[topic]]
-            topic = parent[topic]
-        return topic
-
+    sets = UnionFind()
     for group in groups:
-        for other in group[1:]:
-            parent[find(other)] = find(group[0])
-    merged: dict[str, set[str]] = {}
-    for topic in parent:
-        merged.setdefault(find(topic), set()).add(topic)
+        for topic in group:
+            sets.union(group[0], topic)
+    merged = sets.sets()
     for index, group in enumerate(groups):
         if not group:
             continue
-        members = sorted(merged[find(group[0])])
+        members = sorted(merged[sets.find(group[0])])
         if len({topics[t] for t in members}) > 1:
             counts = ", ".join(f"{t} has {topics[t]}" for t in members)
             raise _fail(
