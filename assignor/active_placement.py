@@ -23,7 +23,7 @@ its claimed ones with their holders, where neither side must replay.
 KIP-441 on top: a stateful task whose target from pass 3 is not caught up,
 while some eligible member is, stays active on a caught-up member (its
 previous owner if it had one, else the least lag) and is reported in
-``withheld`` with its target, which will get a warmup replica.
+``held_back`` with its target, which will get a warmup replica.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ class ActivePlacement:
     #: owner[g][p]: member index holding task (g, p) active, or -1
     owner: list[list[int]]
     #: task -> member the balanced plan wanted, for tasks held back (rule 7)
-    withheld: dict[Task, int] = field(default_factory=dict)
+    held_back: dict[Task, int] = field(default_factory=dict)
 
 
 def place_actives(
@@ -186,7 +186,7 @@ def _hold_back_for_warmups(
         owners[p] = keeper
         load[target] -= 1
         load[keeper] = load.get(keeper, 0) + 1
-        placement.withheld[(g, p)] = target
+        placement.held_back[(g, p)] = target
 
 
 def _swap_claimed_tasks_back(

@@ -22,6 +22,8 @@ from assignor.model import Scenario, parse_scenario
 
 __all__ = ["BUILTIN_STRATEGIES", "Strategy", "available_strategies", "plan", "resolve_strategy"]
 
+#: A strategy: a parsed scenario and its grouping in, the contract's result out.
+#: (The classic strategies wrap a `assignor.strategies.Core` on a plain problem.)
 Strategy = Callable[[Scenario, Grouping], dict[str, Any]]
 
 #: name -> "module:function" of the strategies this package owns
