@@ -49,10 +49,6 @@ class Grouping:
     unassigned_topics: tuple[str, ...]
     group_of_topic: dict[str, int] = field(hash=False)
 
-    def group_for(self, topic: str) -> Group | None:
-        index = self.group_of_topic.get(topic)
-        return None if index is None else self.groups[index]
-
     def task_count(self) -> int:
         return sum(group.partitions for group in self.groups)
 
