@@ -2,7 +2,8 @@
 
 `parse_scenario` merges declared co-partition groups with it to check their
 partition counts; the `PartitionGrouper` merges declared groups and Faust's
-rule into the final groups. The smaller name becomes a set's root, so roots do
+rule into the final groups; `streamapp.topic_check` merges an app's sources and
+tables before a worker starts. The smaller name becomes a set's root, so roots do
 not depend on the order of unions.
 """
 
