@@ -46,11 +46,13 @@ _Sparse = dict[int, dict[int, int]]
 _NO_LAGS: dict[int, int] = {}
 _NOTHING: dict[int, int] = {}
 
-#: Whether the two hot loops (`_keep_previous`, `_fill_from_heap`) use their
-#: inline copies of `rules.may_hold_standby` and `rules.standby_tier`. The calls
-#: cost 14% (fresh) and 18% (after a member leaves) of bench/plan_scale.py's
-#: 100,000-task plan, where these loops run once per task. False sends them
-#: through the rules; tests/unit/assignor/test_rules.py requires equal results.
+#: Whether the per-task loops (`_keep_previous`, `_fill_from_heap`, and the
+#: scan over every eligible member in `_least_loaded_anyway`) use their inline
+#: copies of `rules.may_hold_standby` and `rules.standby_tier`. The calls cost
+#: 14% (fresh) and 18% (after a member leaves) of bench/plan_scale.py's
+#: 100,000-task plan in the first two, and 80,000 calls in the third there.
+#: False sends them through the rules; tests/unit/assignor/test_rules.py
+#: requires equal results.
 INLINE_RULES = True
 
 
@@ -426,10 +428,25 @@ def _fill_from_heap(ctx: _Context, tasks: list[Task]) -> None:
 def _least_loaded_anyway(ctx: _Context, g: int, p: int, active: int, warming: int) -> int:
     """When domains or limits cannot all be met: best tier, then lowest load.
 
-    Any member that may hold the standby, whatever its count: this scans every
-    eligible member, on the task's domains worked out once.
+    Any member that may hold the standby, whatever its count. This scans every
+    eligible member for each task that falls back, so it runs the rules' inline
+    copies too (see INLINE_RULES), on the task's domains worked out once.
     """
     taken = ctx.chosen[g][p]
+    hosts, racks = ctx.used(g, p)
+    host_of, rack_of, load = ctx.domains.host, ctx.domains.rack, ctx.counts.key
+    if INLINE_RULES:
+        options = [m for m in ctx.eligible[g] if m not in (active, warming) and m not in taken]
+        if not options:
+            return -1
+        return min(
+            options,
+            key=lambda m: (
+                0 if rack_of[m] not in racks else 1 if host_of[m] not in hosts else 2,
+                load(m),
+                m,
+            ),
+        )
     options = [
         m
         for m in ctx.eligible[g]
@@ -437,10 +454,8 @@ def _least_loaded_anyway(ctx: _Context, g: int, p: int, active: int, warming: in
     ]
     if not options:
         return -1
-    hosts, racks = ctx.used(g, p)
-    host_of, rack_of, key = ctx.domains.host, ctx.domains.rack, ctx.counts.key
     return min(
-        options, key=lambda m: (standby_tier(host_of[m], rack_of[m], hosts, racks), key(m), m)
+        options, key=lambda m: (standby_tier(host_of[m], rack_of[m], hosts, racks), load(m), m)
     )
 
 
@@ -459,9 +474,7 @@ def _repair_balance(ctx: _Context) -> None:
     if not members or max(excess) - min(excess) < 2:
         return
 
-    def tier(m: int, others: list[int]) -> int:
-        hosts = {domains.host[o] for o in others}
-        racks = {domains.rack[o] for o in others}
+    def tier(m: int, hosts: set[int], racks: set[int]) -> int:
         return standby_tier(domains.host[m], domains.rack[m], hosts, racks)
 
     def excess_of(m: int) -> int:
@@ -483,7 +496,9 @@ def _repair_balance(ctx: _Context) -> None:
             ):
                 continue
             others = [owners[g][p], *(m for m in taken if m != giver)]
-            if tier(taker, others) > tier(giver, others):
+            hosts = {domains.host[o] for o in others}
+            racks = {domains.rack[o] for o in others}
+            if tier(taker, hosts, racks) > tier(giver, hosts, racks):  # never a worse domain
                 continue
             taken[taken.index(giver)] = taker
             held[giver].remove(task)
