@@ -13,13 +13,17 @@ Per group, in three linear passes:
    restarted with its state on disk).
 3. The rest fill the remaining quota in member order.
 
+Who is caught up, and in which order caught-up members are tried, is
+`rules.is_caught_up` and `rules.caught_up_members` (rule 6); every pass here
+asks them, through `TaskFacts.caught_up` or directly.
+
 Then a worker back with an old claim that got tasks not its own swaps them for
 its claimed ones with their holders, where neither side must replay.
 
 KIP-441 on top: a stateful task whose target from pass 3 is not caught up,
 while some eligible member is, stays active on a caught-up member (its
 previous owner if it had one, else the least lag) and is reported in
-``withheld`` with its target, which will get a warmup replica.
+``held_back`` with its target, which will get a warmup replica.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from dataclasses import dataclass, field
 
 from assignor.facts import Task, TaskFacts
 from assignor.grouper import Group
+from assignor.rules import caught_up_members, is_caught_up
 from assignor.runs import runs_by_member
 
 __all__ = ["ActivePlacement", "place_actives"]
@@ -38,7 +43,7 @@ class ActivePlacement:
     #: owner[g][p]: member index holding task (g, p) active, or -1
     owner: list[list[int]]
     #: task -> member the balanced plan wanted, for tasks held back (rule 7)
-    withheld: dict[Task, int] = field(default_factory=dict)
+    held_back: dict[Task, int] = field(default_factory=dict)
 
 
 def place_actives(
@@ -90,8 +95,7 @@ def _place_group(
         ]
         lags = state_lag.get(p)
         if lags:
-            ready = sorted((lag, m) for m, lag in lags.items() if lag <= acceptable)
-            found.extend(m for _, m in ready if m not in found)
+            found.extend(m for m in caught_up_members(lags, acceptable) if m not in found)
         return found
 
     def release_rank(p: int, owner: int) -> int:
@@ -175,14 +179,14 @@ def _hold_back_for_warmups(
         if previous != -1:
             keeper = previous
         else:
-            ready = [m for m, lag in lags.items() if lag <= acceptable]
+            ready = caught_up_members(lags, acceptable)
             if not ready:
                 continue
             keeper = min(ready, key=lambda m: (lags[m], load.get(m, 0), m))
         owners[p] = keeper
         load[target] -= 1
         load[keeper] = load.get(keeper, 0) + 1
-        placement.withheld[(g, p)] = target
+        placement.held_back[(g, p)] = target
 
 
 def _swap_claimed_tasks_back(
@@ -250,7 +254,9 @@ def _exchange(
     for t in spare:
         # Only members with state for t can take it without a replay: few, so the search
         # stays cheap however many tasks the group has.
-        thirds = sorted(m for m, lag in lags.get(t, {}).items() if lag <= facts.acceptable_lag)
+        thirds = sorted(
+            m for m, lag in lags.get(t, {}).items() if is_caught_up(lag, facts.acceptable_lag)
+        )
         thirds = [m for m in thirds if m not in (member, holder)]
         for third in thirds:
             for u in sorted(tasks_of.get(third, ())):
@@ -260,4 +266,6 @@ def _exchange(
 
 
 def _can_take(facts: TaskFacts, group: Group, member: int, p: int) -> bool:
+    """Whether ``member`` can take task ``p`` without a replay: any stateless task, a
+    stateful one it is caught up on (`rules.is_caught_up`)."""
     return not group.stateful or facts.caught_up(member, group.index, p)

@@ -24,24 +24,24 @@ every member revokes all its partitions (``on_partitions_revoked``, offsets
 committed). ``CooperativeStickyAssignor`` keeps KIP-429's two-step semantics on
 top of that:
 
-- What is withheld: every partition whose target owner differs from the member
+- What is revoked: every partition whose target owner differs from the member
   that owned it before (and is still in the group) is assigned to *nobody* in
   this generation; the previous owner does not get it back and the new owner
   does not get it yet. Partitions that stay, and partitions whose previous
   owner left, are assigned at once. Under eager the previous owner has already
-  stopped consuming the withheld ones, so nobody consumes them twice; they are
+  stopped consuming the revoked ones, so nobody consumes them twice; they are
   simply idle until the follow-up.
 - How the follow-up is triggered: the assignment user data says
   ``followup: true``; every member bound to its consumer with
   `CooperativeStickyAssignor.bind` asks its group coordinator to rejoin
   (``request_rejoin()``, the call aiokafka itself uses when a commit meets a
   rebalance; aiokafka has no public one) right after receiving it. In the next
-  generation the withheld partitions are owned by nobody and go straight to
+  generation the revoked partitions are owned by nobody and go straight to
   their target owners; nothing else moves, so it converges after one follow-up.
-- Members that are not bound cannot start that follow-up, and withheld
+- Members that are not bound cannot start that follow-up, and revoked
   partitions would then stay idle until some unrelated rebalance. So members
   say in their metadata whether they are bound, and when none is, the leader
-  plans with plain ``sticky`` instead (nothing withheld, no follow-up) and
+  plans with plain ``sticky`` instead (nothing revoked, no follow-up) and
   logs why.
 """
 
@@ -165,7 +165,7 @@ class StrategyAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
             log.warning(
                 "cooperative-sticky: no member of the group can start a follow-up rebalance "
                 "(none is bound with CooperativeStickyAssignor.bind); planning with 'sticky' "
-                "so that no partition is withheld"
+                "so that no partition is revoked"
             )
             strategy = "sticky"
         outcome = CORES[strategy](problem_from_scenario(parse_scenario(scenario)))

@@ -28,7 +28,9 @@ dict keyed by ``(g, p)`` tuples: an int key hashes for free, and the hot
 loops look tasks up tens of thousands of times without building a tuple.
 
 Lag of a task = sum over its changelog topics of ``end - offset`` (never below
-zero); a missing offset counts as 0.
+zero); a missing offset counts as 0. Whether a lag is caught up is
+`rules.is_caught_up`; gathering facts decides nothing else, except the owner of
+an unclaimed task, which `rules.caught_up_members` names (``_state_owner``).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from itertools import repeat
 
 from assignor.grouper import Grouping
 from assignor.model import Scenario
+from assignor.rules import caught_up_members, is_caught_up, may_hold_standby
 
 __all__ = ["Task", "TaskFacts"]
 
@@ -69,7 +72,8 @@ class TaskFacts:
         return totals[p] if totals else 0
 
     def caught_up(self, member: int, g: int, p: int) -> bool:
-        return self.lag(member, g, p) <= self.acceptable_lag
+        """`rules.is_caught_up` for ``member`` on task ``(g, p)``."""
+        return is_caught_up(self.lag(member, g, p), self.acceptable_lag)
 
     @classmethod
     def collect(cls, scenario: Scenario, grouping: Grouping) -> TaskFacts:
@@ -181,7 +185,7 @@ class TaskFacts:
                 # that also owns the task active) cannot be both; the owner wins.
                 holders = standbys.get(p)
                 if holders is not None and owner in holders:
-                    holders.remove(owner)
+                    standbys[p] = [m for m in holders if may_hold_standby(m, active=owner)]
 
         return cls(
             members=members,
@@ -198,15 +202,15 @@ class TaskFacts:
 
     @staticmethod
     def _state_owner(lags: dict[int, int], restarted: set[int], acceptable: int) -> int:
-        """Who ran an unclaimed task before restarting: caught up, least lag.
+        """Who ran an unclaimed task before restarting: the first of `rules.caught_up_members`.
 
         A member that restarted under a new member id claims nothing, but its
         store on disk says what it ran; giving it that task back is stickiness
-        by client, not by member id (contract rule 6). Members that claim
-        something are not guessed for: their claims say what they held.
+        by client, not by member id (rule 6). Members that claim something are
+        not guessed for: their claims say what they held.
         """
-        ready = [(lag, m) for m, lag in lags.items() if lag <= acceptable and m in restarted]
-        return min(ready)[1] if ready else -1
+        ready = caught_up_members({m: lag for m, lag in lags.items() if m in restarted}, acceptable)
+        return ready[0] if ready else -1
 
     @staticmethod
     def _lags(

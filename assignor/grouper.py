@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from assignor.model import Scenario
+from assignor.union_find import UnionFind
 
 __all__ = ["Group", "Grouping", "PartitionGrouper", "group_partitions"]
 
@@ -48,34 +49,8 @@ class Grouping:
     unassigned_topics: tuple[str, ...]
     group_of_topic: dict[str, int] = field(hash=False)
 
-    def group_for(self, topic: str) -> Group | None:
-        index = self.group_of_topic.get(topic)
-        return None if index is None else self.groups[index]
-
     def task_count(self) -> int:
         return sum(group.partitions for group in self.groups)
-
-
-class _UnionFind:
-    def __init__(self) -> None:
-        self.parent: dict[str, str] = {}
-
-    def find(self, item: str) -> str:
-        parent = self.parent
-        root = parent.setdefault(item, item)
-        while root != parent[root]:
-            root = parent[root]
-        while item != root:  # path compression keeps later finds flat
-            parent[item], item = root, parent[item]
-        return root
-
-    def union(self, a: str, b: str) -> None:
-        ra, rb = self.find(a), self.find(b)
-        if ra != rb:
-            # The smaller name becomes the root: deterministic, whatever the order.
-            if rb < ra:
-                ra, rb = rb, ra
-            self.parent[rb] = ra
 
 
 class PartitionGrouper:
@@ -88,7 +63,7 @@ class PartitionGrouper:
                 subscribers.setdefault(topic, set()).add(member.member_id)
         subscribed = sorted(subscribers)
 
-        sets = _UnionFind()
+        sets = UnionFind()
         for topic in subscribed:
             sets.find(topic)
         for declared in scenario.copartitioned:
@@ -101,10 +76,7 @@ class PartitionGrouper:
             first = by_faust_rule.setdefault(key, topic)
             sets.union(first, topic)
 
-        members_of: dict[str, list[str]] = {}
-        for topic in subscribed:
-            members_of.setdefault(sets.find(topic), []).append(topic)
-        ordered = sorted(tuple(sorted(topics)) for topics in members_of.values())
+        ordered = sorted(tuple(sorted(topics)) for topics in sets.sets().values())
 
         groups: list[Group] = []
         group_of_topic: dict[str, int] = {}

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import json
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from assignor.model import TopicPartitions
 
 MAGIC = b"SA"
 METADATA_VERSION = 1
@@ -26,7 +28,6 @@ MAX_METADATA_BYTES = 64 * 1024
 #: A compressed payload never legitimately inflates past this; guards against zip bombs.
 MAX_INFLATED_BYTES = 16 * 1024 * 1024
 
-TopicPartitions = Mapping[str, Sequence[int]]
 TopicOffsets = Mapping[str, Mapping[int, int]]
 
 

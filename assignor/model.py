@@ -38,21 +38,23 @@ read-only.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
 from typing import Any, cast
 
 from assignor.errors import ScenarioError
+from assignor.union_find import UnionFind
 
 __all__ = [
     "MAX_PARTITIONS_PER_TOPIC",
     "MAX_PARTITIONS_TOTAL",
     "PROTOCOLS",
+    "Claims",
     "Member",
     "Offsets",
-    "Ownership",
     "Scenario",
+    "TopicPartitions",
     "parse_scenario",
 ]
 
@@ -70,8 +72,10 @@ MAX_PARTITIONS_PER_TOPIC = 1_000_000
 #: bounded too, at about what a whole KRaft cluster has been shown to hold.
 MAX_PARTITIONS_TOTAL = 2_000_000
 
-#: topic -> sorted partitions
-Ownership = dict[str, tuple[int, ...]]
+#: topic -> partitions, read-only: what any caller may pass or read
+TopicPartitions = Mapping[str, Sequence[int]]
+#: topic -> sorted partitions, as a member claims them (owned or superseded)
+Claims = dict[str, tuple[int, ...]]
 #: topic -> partition -> changelog offset
 Offsets = dict[str, dict[int, int]]
 
@@ -114,13 +118,13 @@ class Member:
     capacity: int
     subscription: tuple[str, ...]
     generation: int
-    owned_active: Ownership = field(hash=False)
-    owned_standby: Ownership = field(hash=False)
+    owned_active: Claims = field(hash=False)
+    owned_standby: Claims = field(hash=False)
     offsets: Offsets = field(hash=False)
     #: active claims dropped because another member claimed the partition at a
     #: higher generation: what a worker restarted with an old ownership file
     #: ran before. Not trusted as ownership, but a hint of where state lives.
-    superseded_active: Ownership = field(default_factory=dict, hash=False)
+    superseded_active: Claims = field(default_factory=dict, hash=False)
 
 
 @dataclass(frozen=True, eq=True)
@@ -272,24 +276,15 @@ def _known_topic_list(raw: object, path: str, topics: Mapping[str, int]) -> list
 
 def _check_declared_groups(groups: list[list[str]], topics: Mapping[str, int]) -> None:
     """Declared groups merge transitively; every merged group needs one count."""
-    parent: dict[str, str] = {}
-
-    def find(topic: str) -> str:
-        while parent.setdefault(topic, topic) != topic:
-            parent[topic] = parent[parent[topic]]
-            topic = parent[topic]
-        return topic
-
+    sets = UnionFind()
     for group in groups:
-        for other in group[1:]:
-            parent[find(other)] = find(group[0])
-    merged: dict[str, set[str]] = {}
-    for topic in parent:
-        merged.setdefault(find(topic), set()).add(topic)
+        for topic in group:
+            sets.union(group[0], topic)
+    merged = sets.sets()
     for index, group in enumerate(groups):
         if not group:
             continue
-        members = sorted(merged[find(group[0])])
+        members = sorted(merged[sets.find(group[0])])
         if len({topics[t] for t in members}) > 1:
             counts = ", ".join(f"{t} has {topics[t]}" for t in members)
             raise _fail(
@@ -326,10 +321,10 @@ def _partition_numbers(raw: object, path: str, topic: str) -> list[int] | tuple[
     ]
 
 
-def _parse_ownership(
+def _parse_claims(
     raw: object, path: str, topics: Mapping[str, int], stale: _StaleCounter
-) -> Ownership:
-    owned: Ownership = {}
+) -> Claims:
+    owned: Claims = {}
     for topic, partitions in _mapping(raw, path).items():
         topic = _string(topic, path)
         listed = (
@@ -443,13 +438,13 @@ def _parse_member(
     generation = fields.get("generation", -1)
     if type(generation) is not int or generation < -1:
         generation = _integer(generation, f"{path}.generation", minimum=-1)
-    owned: list[Ownership] = []
+    owned: list[Claims] = []
     for key in ("owned_active", "owned_standby"):
         claims = fields.get(key)
         owned.append(
             {}
             if claims is None and key not in fields
-            else _parse_ownership(claims, f"{path}.{key}", topics, stale)
+            else _parse_claims(claims, f"{path}.{key}", topics, stale)
         )
     offsets = fields.get("offsets")
     return Member(
@@ -519,12 +514,12 @@ def _resolve_conflicts(members: dict[str, Member]) -> tuple[dict[str, Member], i
             resolved[member_id] = member
             continue
         lost = lost or set()
-        active: Ownership = {}
+        active: Claims = {}
         for topic, partitions in member.owned_active.items():
             kept = tuple(p for p in partitions if (topic, p) not in lost)
             if kept:
                 active[topic] = kept
-        standby: Ownership = {}
+        standby: Claims = {}
         for topic, partitions in member.owned_standby.items():
             # The member's own active claim (even a rejected one) says the
             # standby claim is not a separate copy.
@@ -532,7 +527,7 @@ def _resolve_conflicts(members: dict[str, Member]) -> tuple[dict[str, Member], i
             kept = tuple(p for p in partitions if p not in mine)
             if kept:
                 standby[topic] = kept
-        older: Ownership = {}
+        older: Claims = {}
         for topic, p in sorted(superseded.get(member_id, ())):
             older[topic] = (*older.get(topic, ()), p)
         if active != member.owned_active or standby != member.owned_standby or older:

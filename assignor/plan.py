@@ -4,8 +4,9 @@ A strategy is a callable ``(Scenario, Grouping) -> dict`` returning the
 contract's result object (build it with `assignor.result.build_result`). The
 built-ins are ``stateful`` (the default: `assignor.stateful`) and ``faust``
 (stock faust-streaming's assignor: `assignor.faust_baseline`); the classic
-ones come from ``assignor.strategies.REGISTRY`` when that package provides it.
-Built-ins are imported lazily, so importing `assignor` never imports faust.
+ones are ``assignor.strategies.REGISTRY``. All are imported lazily, so
+importing `assignor` never imports faust (and `assignor.strategies`, which
+imports `Strategy` from here, is imported after this module).
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from assignor.model import Scenario, parse_scenario
 
 __all__ = ["BUILTIN_STRATEGIES", "Strategy", "available_strategies", "plan", "resolve_strategy"]
 
+#: A strategy: a parsed scenario and its grouping in, the contract's result out.
+#: (The classic strategies wrap a `assignor.strategies.Core` on a plain problem.)
 Strategy = Callable[[Scenario, Grouping], dict[str, Any]]
 
 #: name -> "module:function" of the strategies this package owns
@@ -32,12 +35,9 @@ BUILTIN_STRATEGIES: dict[str, str] = {
 
 
 def _classic_strategies() -> Mapping[str, Strategy]:
-    try:
-        module = importlib.import_module("assignor.strategies")
-    except ImportError:
-        return {}
-    registry = getattr(module, "REGISTRY", None)
-    return registry if isinstance(registry, Mapping) else {}
+    from assignor.strategies import REGISTRY  # lazily: it imports this module
+
+    return REGISTRY
 
 
 def available_strategies() -> list[str]:

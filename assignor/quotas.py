@@ -39,10 +39,11 @@ def previous_counts(groups: Sequence[Group], facts: TaskFacts) -> list[Quota]:
     """Per group, member -> tasks it held active (eligible members only).
 
     A stateful task that a returning worker ran before (its claim lost on generation,
-    ``facts.other_claimants``) and has caught-up state for counts as that worker's, not its
-    current holder's: the balance then leaves the returning worker room for its own tasks
-    (contract rule 6) instead of granting the holder an extra that keeps one of them, which
-    would send the returning worker a task it holds no state for.
+    ``facts.other_claimants``) and has caught-up state for (`TaskFacts.caught_up`, that is
+    `rules.is_caught_up`) counts as that worker's, not its current holder's: the balance
+    then leaves the returning worker room for its own tasks (rule 6) instead of granting
+    the holder an extra that keeps one of them, which would send the returning worker a
+    task it holds no state for.
     """
     counts: list[Quota] = []
     for group in groups:

@@ -31,6 +31,13 @@ from itertools import zip_longest
 from assignor.facts import Task, TaskFacts
 from assignor.grouper import Group
 from assignor.model import Scenario
+from assignor.rules import (
+    best_open_tier,
+    may_hold_standby,
+    replay_order,
+    standby_tier,
+    wanted_standbys,
+)
 
 __all__ = ["StandbyPlacement", "place_standbys"]
 
@@ -38,6 +45,15 @@ __all__ = ["StandbyPlacement", "place_standbys"]
 _Sparse = dict[int, dict[int, int]]
 _NO_LAGS: dict[int, int] = {}
 _NOTHING: dict[int, int] = {}
+
+#: Whether the per-task loops (`_keep_previous`, `_fill_from_heap`, and the
+#: scan over every eligible member in `_least_loaded_anyway`) use their inline
+#: copies of `rules.may_hold_standby` and `rules.standby_tier`. The calls cost
+#: 14% (fresh) and 18% (after a member leaves) of bench/plan_scale.py's
+#: 100,000-task plan in the first two, and 80,000 calls in the third there.
+#: False sends them through the rules; tests/unit/assignor/test_rules.py
+#: requires equal results.
+INLINE_RULES = True
 
 
 @dataclass
@@ -139,9 +155,13 @@ class _Context:
 
     def best_of(self, g: int, hosts: set[int], racks: set[int]) -> int:
         """The best tier still open for a task of group g whose copies use these domains."""
-        if len(racks) < self.distinct_racks[g]:
-            return 0
-        return 1 if len(hosts) < self.distinct_hosts[g] else 2
+        return best_open_tier(
+            len(hosts), len(racks), self.distinct_hosts[g], self.distinct_racks[g]
+        )
+
+    def first_best(self, g: int) -> int:
+        """The best tier for a task's first standby beside its active."""
+        return best_open_tier(1, 1, self.distinct_hosts[g], self.distinct_racks[g])
 
     def offer(self, g: int, p: int, candidates: Iterable[int]) -> None:
         """Take candidates in order while they are in the best open tier and have room."""
@@ -157,13 +177,13 @@ class _Context:
         for m in candidates:
             if len(taken) == k:
                 return
-            if m in (active, not_here) or m in taken or m not in allowed:
+            if not may_hold_standby(
+                m, active=active, warming=not_here, taken=taken, eligible=allowed
+            ):
                 continue
             rack, host = rack_of[m], host_of[m]
-            mine = 0 if rack not in racks else 1 if host not in hosts else 2
-            # best_of(g, hosts, racks), on the sets at hand
-            best = 0 if len(racks) < racks_wanted else 1 if len(hosts) < hosts_wanted else 2
-            if mine != best or not counts.can_take(m):
+            best = best_open_tier(len(hosts), len(racks), hosts_wanted, racks_wanted)
+            if standby_tier(host, rack, hosts, racks) != best or not counts.can_take(m):
                 continue
             counts.take(m)
             taken.append(m)
@@ -195,11 +215,10 @@ def place_standbys(
     warmup becomes that standby (`StandbyPlacement.warmups_as_standby`).
     """
     wanted = {
-        g.index: min(scenario.num_standbys, len(g.eligible) - 1)
+        g.index: k
         for g in groups
-        if g.stateful and len(g.eligible) > 1
+        if g.stateful and (k := wanted_standbys(scenario.num_standbys, len(g.eligible))) > 0
     }
-    wanted = {g: k for g, k in wanted.items() if k > 0}
     if not wanted:
         return StandbyPlacement(standbys={}, warmups_as_standby=set())
     index_of = facts.index_of
@@ -232,25 +251,27 @@ def _keep_previous(ctx: _Context, facts: TaskFacts) -> None:
     host, rack = ctx.domains.host, ctx.domains.rack
     counts = ctx.counts
     count, floor = counts.count, counts.floor
+    inline = INLINE_RULES
     for g in ctx.wanted:
         before_of = facts.previous_standbys[g]
         if not before_of:
             continue
         owners, chosen, lags_of = ctx.owners[g], ctx.chosen[g], facts.state_lag[g]
         blocked, allowed = ctx.blocked.get(g, _NOTHING), ctx.eligible[g]
-        # The best tier for a task's first standby beside its active.
-        first_best = 0 if ctx.distinct_racks[g] > 1 else 1 if ctx.distinct_hosts[g] > 1 else 2
+        first_best = ctx.first_best(g)
         for p in sorted(before_of):
             before = before_of[p]
             if not before:  # its only holder turned out to be its active
                 continue
             active = owners[p]
-            if len(before) > 1 or active == -1:
+            if len(before) > 1 or active == -1 or not inline:
                 lags = lags_of.get(p, _NO_LAGS)
                 ctx.offer(g, p, sorted(before, key=lambda m: (lags.get(m, 0), m)))
                 continue
             # One previous standby beside a live active, the common case:
-            # `offer` inline, since this runs for every stateful task.
+            # `offer` inline, since this runs for every stateful task (see
+            # INLINE_RULES): `rules.may_hold_standby`, then `rules.standby_tier`
+            # against the active's domains only.
             m = before[0]
             if m == active or m == blocked.get(p, -1) or m not in allowed:
                 continue
@@ -276,14 +297,9 @@ def _take_local_state(ctx: _Context, facts: TaskFacts, warming: _Sparse) -> None
         for p, taken in enumerate(ctx.chosen[g]):
             if len(taken) == k:
                 continue
-            preferred = [previous_owner[p]] if previous_owner[p] != -1 else []
-            if p in held_back:
-                preferred.append(held_back[p])
-            lags = lags_of.get(p, _NO_LAGS)
-            if len(lags) > 1:
-                preferred.extend(sorted(lags, key=lambda m: (lags[m], m)))
-            else:
-                preferred.extend(lags)
+            preferred = replay_order(
+                previous_owner[p], held_back.get(p, -1), lags_of.get(p, _NO_LAGS)
+            )
             if preferred:
                 ctx.offer(g, p, preferred)
 
@@ -331,12 +347,9 @@ def _fill_from_heap(ctx: _Context, tasks: list[Task]) -> None:
     heap = [(count[m] + 1) * scale[m] * stride + m for m in counts.members if counts.can_take(m)]
     heapq.heapify(heap)
     heappop, heappush, heapreplace = heapq.heappop, heapq.heappush, heapq.heapreplace
-    # The best tier for a task's first standby beside its active, per group.
-    first_best = {
-        g: 0 if ctx.distinct_racks[g] > 1 else 1 if ctx.distinct_hosts[g] > 1 else 2
-        for g in ctx.wanted
-    }
+    first_best = {g: ctx.first_best(g) for g in ctx.wanted}
     leftover = counts.leftover  # written back before anything else reads it
+    inline = INLINE_RULES
     for g, p in tasks:
         k = ctx.wanted[g]
         taken = ctx.chosen[g][p]
@@ -363,11 +376,19 @@ def _fill_from_heap(ctx: _Context, tasks: list[Task]) -> None:
                 if load != (c + 1) * scale[m] or not (c < f or (c == f and leftover > 0)):
                     heappop(heap)  # stale entry, or full for good: counts only grow
                     continue
-                if m in (active, not_here) or m in taken or m not in allowed:
-                    skipped.append(heappop(heap))
-                    continue
-                rack = rack_of[m]
-                tier = 0 if rack not in racks else 1 if host_of[m] not in hosts else 2
+                if inline:  # the rules' inline copies: see INLINE_RULES
+                    if m in (active, not_here) or m in taken or m not in allowed:
+                        skipped.append(heappop(heap))
+                        continue
+                    rack = rack_of[m]
+                    tier = 0 if rack not in racks else 1 if host_of[m] not in hosts else 2
+                else:
+                    if not may_hold_standby(
+                        m, active=active, warming=not_here, taken=taken, eligible=allowed
+                    ):
+                        skipped.append(heappop(heap))
+                        continue
+                    tier = standby_tier(host_of[m], rack_of[m], hosts, racks)
                 if tier != best:
                     skipped.append(heappop(heap))
                     continue
@@ -376,7 +397,7 @@ def _fill_from_heap(ctx: _Context, tasks: list[Task]) -> None:
             on_top = pick != -1
             if pick == -1:
                 counts.leftover = leftover
-                pick = _least_loaded_anyway(ctx, g, p, (active, not_here))
+                pick = _least_loaded_anyway(ctx, g, p, active, not_here)
             if pick == -1 and p in blocked and blocked[p] not in taken:
                 # The member warming up is the only replica left: it holds
                 # the standby instead, which replays just the same.
@@ -404,25 +425,37 @@ def _fill_from_heap(ctx: _Context, tasks: list[Task]) -> None:
     counts.leftover = leftover
 
 
-def _least_loaded_anyway(ctx: _Context, g: int, p: int, excluded: tuple[int, int]) -> int:
+def _least_loaded_anyway(ctx: _Context, g: int, p: int, active: int, warming: int) -> int:
     """When domains or limits cannot all be met: best tier, then lowest load.
 
-    `_Context.tier` inline, on the task's domains worked out once: this scans
-    every eligible member.
+    Any member that may hold the standby, whatever its count. This scans every
+    eligible member for each task that falls back, so it runs the rules' inline
+    copies too (see INLINE_RULES), on the task's domains worked out once.
     """
     taken = ctx.chosen[g][p]
-    options = [m for m in ctx.eligible[g] if m not in excluded and m not in taken]
+    hosts, racks = ctx.used(g, p)
+    host_of, rack_of, load = ctx.domains.host, ctx.domains.rack, ctx.counts.key
+    if INLINE_RULES:
+        options = [m for m in ctx.eligible[g] if m not in (active, warming) and m not in taken]
+        if not options:
+            return -1
+        return min(
+            options,
+            key=lambda m: (
+                0 if rack_of[m] not in racks else 1 if host_of[m] not in hosts else 2,
+                load(m),
+                m,
+            ),
+        )
+    options = [
+        m
+        for m in ctx.eligible[g]
+        if may_hold_standby(m, active=active, warming=warming, taken=taken)
+    ]
     if not options:
         return -1
-    hosts, racks = ctx.used(g, p)
-    host_of, rack_of, key = ctx.domains.host, ctx.domains.rack, ctx.counts.key
     return min(
-        options,
-        key=lambda m: (
-            0 if rack_of[m] not in racks else 1 if host_of[m] not in hosts else 2,
-            key(m),
-            m,
-        ),
+        options, key=lambda m: (standby_tier(host_of[m], rack_of[m], hosts, racks), load(m), m)
     )
 
 
@@ -441,11 +474,8 @@ def _repair_balance(ctx: _Context) -> None:
     if not members or max(excess) - min(excess) < 2:
         return
 
-    def tier(m: int, others: list[int]) -> int:
-        """0: a rack no other copy uses; 1: only a new host; 2: neither."""
-        if domains.rack[m] not in {domains.rack[o] for o in others}:
-            return 0
-        return 1 if domains.host[m] not in {domains.host[o] for o in others} else 2
+    def tier(m: int, hosts: set[int], racks: set[int]) -> int:
+        return standby_tier(domains.host[m], domains.rack[m], hosts, racks)
 
     def excess_of(m: int) -> int:
         return counts.count[m] - counts.floor[m]
@@ -460,15 +490,15 @@ def _repair_balance(ctx: _Context) -> None:
         for task in held[giver]:
             g, p = task
             taken = ctx.chosen[g][p]
-            if (
-                taker == owners[g][p]
-                or taker == ctx.blocked.get(g, _NOTHING).get(p)
-                or taker in taken
-                or taker not in ctx.eligible[g]
+            warming = ctx.blocked.get(g, _NOTHING).get(p, -1)
+            if not may_hold_standby(
+                taker, active=owners[g][p], warming=warming, taken=taken, eligible=ctx.eligible[g]
             ):
                 continue
             others = [owners[g][p], *(m for m in taken if m != giver)]
-            if tier(taker, others) > tier(giver, others):
+            hosts = {domains.host[o] for o in others}
+            racks = {domains.rack[o] for o in others}
+            if tier(taker, hosts, racks) > tier(giver, hosts, racks):  # never a worse domain
                 continue
             taken[taken.index(giver)] = taker
             held[giver].remove(task)

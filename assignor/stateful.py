@@ -12,11 +12,11 @@
 5. `standby_placement.place_standbys`: replicas for stateful tasks (a warmup
    target gets no standby of the same task, and is preferred for one when it
    got no warmup);
-6. the cooperative protocol: a partition changing member is withheld and
-   listed in ``revoking`` of the member that held it.
+6. the cooperative protocol: a partition changing member is revoked: listed
+   in ``revoking`` of the member that held it, active nowhere this round.
 
 Steps 1-5 are `decide`; the eager result is built straight from its
-per-group arrays by `task_result.build_task_result`, the cooperative one
+per-group arrays by `result.build_task_result`, the cooperative one
 through `placements` and the generic `result.build_result`.
 
 ``followup_rebalance`` is true when a task was held back or a partition is
@@ -34,9 +34,8 @@ from assignor.facts import Task, TaskFacts
 from assignor.grouper import Grouping
 from assignor.model import Scenario
 from assignor.quotas import active_quotas
-from assignor.result import build_result
+from assignor.result import Decision, build_result, build_task_result
 from assignor.standby_placement import place_standbys
-from assignor.task_result import Decision, build_task_result
 
 __all__ = ["assign_stateful", "decide", "placements"]
 
@@ -80,13 +79,13 @@ def _by_group(replicas: Iterable[tuple[Task, int]]) -> dict[int, list[tuple[int,
     return grouped
 
 
-def _warmups(scenario: Scenario, withheld: dict[Task, int]) -> dict[Task, int]:
+def _warmups(scenario: Scenario, held_back: dict[Task, int]) -> dict[Task, int]:
     """Warmup replicas for held-back tasks, in task order, at most max_warmup_replicas."""
-    first = sorted(withheld)[: scenario.max_warmup_replicas]
-    return {task: withheld[task] for task in first}
+    first = sorted(held_back)[: scenario.max_warmup_replicas]
+    return {task: held_back[task] for task in first}
 
 
-def _withhold_moving_partitions(
+def _revoke_moving_partitions(
     scenario: Scenario, active: _Placement
 ) -> tuple[_Placement, dict[str, dict[str, list[int]]]]:
     """Cooperative protocol: nobody gets a partition its old member still holds."""
@@ -106,8 +105,8 @@ def _withhold_moving_partitions(
                 revoking.setdefault(member_id, {}).setdefault(topic, []).append(p)
                 if new_owner is not None:
                     taken_back.setdefault(new_owner, {}).setdefault(topic, set()).add(p)
-    for member_id, withheld in taken_back.items():
-        for topic, gone in withheld.items():
+    for member_id, revoked in taken_back.items():
+        for topic, gone in revoked.items():
             active[member_id][topic] = [p for p in active[member_id][topic] if p not in gone]
     return active, revoking
 
@@ -118,14 +117,14 @@ def decide(scenario: Scenario, grouping: Grouping) -> tuple[Decision, int]:
     facts = TaskFacts.collect(scenario, grouping)
     quotas = active_quotas(groups, facts)
     actives = place_actives(groups, quotas, facts)
-    warmups = _warmups(scenario, actives.withheld)
-    replicas = place_standbys(scenario, groups, actives.owner, facts, actives.withheld, warmups)
+    warmups = _warmups(scenario, actives.held_back)
+    replicas = place_standbys(scenario, groups, actives.owner, facts, actives.held_back, warmups)
     for task in replicas.warmups_as_standby:
         del warmups[task]
     decision = Decision(
         names=facts.members, owner=actives.owner, standbys=replicas.standbys, warmups=warmups
     )
-    return decision, len(actives.withheld)
+    return decision, len(actives.held_back)
 
 
 def placements(grouping: Grouping, decision: Decision) -> tuple[_Placement, _Placement, _Placement]:
@@ -155,7 +154,7 @@ def assign_stateful(scenario: Scenario, grouping: Grouping) -> dict[str, Any]:
             scenario, grouping, decision, followup_rebalance=held_back > 0, stats=stats
         )
     active, standby, warmup = placements(grouping, decision)
-    active, revoking = _withhold_moving_partitions(scenario, active)
+    active, revoking = _revoke_moving_partitions(scenario, active)
     return build_result(
         "stateful",
         scenario,

@@ -38,7 +38,7 @@ from aiokafka.structs import TopicPartition
 
 import assignor
 from assignor.aiokafka_assignors import StickyAssignor
-from assignor.strategies import Member, Problem
+from assignor.strategies import Problem, Subscription
 from assignor.strategies.sticky import assign_cooperative_sticky
 from assignor.strategies.userdata import SubscriptionData, encode_subscription
 from streamapp.faust_compat.access import aiokafka_sticky_metadata
@@ -144,12 +144,16 @@ def million_cooperative() -> None:
     topics = {f"topic-{i:03d}": 10_000 for i in range(100)}
     subscription = sorted(topics)
     ids = [f"member-{i:04d}" for i in range(2000)]
-    fresh = Problem(topics, {m: Member(frozenset(subscription)) for m in ids})
+    fresh = Problem(topics, {m: Subscription(frozenset(subscription)) for m in ids})
     outcome, core_fresh = timed("core, fresh", lambda: assign_cooperative_sticky(fresh), repeat=3)
     gone = ids[777]
     leave = Problem(
         topics,
-        {m: Member(frozenset(subscription), 0, outcome.assignment[m]) for m in ids if m != gone},
+        {
+            m: Subscription(frozenset(subscription), 0, outcome.assignment[m])
+            for m in ids
+            if m != gone
+        },
     )
     after, core_leave = timed(
         "core, one member leaves", lambda: assign_cooperative_sticky(leave), repeat=3
@@ -162,8 +166,8 @@ def million_cooperative() -> None:
     joined = Problem(
         topics,
         {
-            **{m: Member(frozenset(subscription), 0, outcome.assignment[m]) for m in ids},
-            "member-new": Member(frozenset(subscription)),
+            **{m: Subscription(frozenset(subscription), 0, outcome.assignment[m]) for m in ids},
+            "member-new": Subscription(frozenset(subscription)),
         },
     )
     join, core_join = timed(

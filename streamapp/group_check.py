@@ -7,7 +7,7 @@ aiokafka reports as a fatal error that says nothing about what to do. Asking the
 broker first (DescribeGroups) lets the worker name the cause and the way out.
 The other direction, a stock-Faust worker joining a streamapp group, is refused
 by the broker the same way; that worker runs Faust's code, so its log carries
-the broker's error (see README, "Troubleshooting").
+the broker's error (see README, "Moving an app from stock Faust").
 """
 
 from __future__ import annotations

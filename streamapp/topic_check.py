@@ -37,6 +37,8 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError
 from faust.types import AppT, TopicT
 
+from assignor.union_find import UnionFind
+
 logger = logging.getLogger(__name__)
 
 __all__ = [
@@ -180,22 +182,6 @@ def declared_topics(app: AppT) -> DeclaredTopics:
 # -- the check (pure) --
 
 
-class _UnionFind:
-    def __init__(self) -> None:
-        self.parent: dict[str, str] = {}
-
-    def find(self, item: str) -> str:
-        root = self.parent.setdefault(item, item)
-        while root != self.parent[root]:
-            root = self.parent[root]
-        return root
-
-    def union(self, a: str, b: str) -> None:
-        ra, rb = self.find(a), self.find(b)
-        if ra != rb:
-            self.parent[max(ra, rb)] = min(ra, rb)  # deterministic whatever the order
-
-
 # Tables and topics share one namespace in the union-find; a table's key cannot be a topic
 # name (topic names hold no spaces).
 def _table_key(table: TableTopic) -> str:
@@ -207,7 +193,7 @@ def copartition_groups(declared: DeclaredTopics) -> list[tuple[str, ...]]:
 
     Each group is sorted; only groups of two or more are returned, in sorted order.
     """
-    groups = _UnionFind()
+    groups = UnionFind()
     for source in declared.sources:
         groups.find(source.name)
     for table in declared.tables:
@@ -222,10 +208,7 @@ def copartition_groups(declared: DeclaredTopics) -> list[tuple[str, ...]]:
     for source in declared.sources:
         for key in by_count.get(source.partitions, []):
             groups.union(source.name, key)
-    members: dict[str, list[str]] = {}
-    for item in groups.parent:
-        members.setdefault(groups.find(item), []).append(item)
-    return sorted(tuple(sorted(m)) for m in members.values() if len(m) > 1)
+    return sorted(tuple(sorted(m)) for m in groups.sets().values() if len(m) > 1)
 
 
 def find_problems(declared: DeclaredTopics, existing: Mapping[str, int]) -> list[TopicProblem]:

@@ -21,19 +21,29 @@ from typing import Any
 
 from assignor.grouper import Grouping
 from assignor.model import Scenario
+from assignor.plan import Strategy
 from assignor.result import build_result
 from assignor.strategies.classic import assign_range, assign_roundrobin
 from assignor.strategies.fair import assign_fair
 from assignor.strategies.join_sticky import assign_join_sticky
-from assignor.strategies.problem import Member, Outcome, Problem
+from assignor.strategies.problem import Outcome, Problem, Subscription
 from assignor.strategies.sticky import assign_cooperative_sticky, assign_sticky
 
-__all__ = ["CORES", "REGISTRY", "Member", "Outcome", "Problem", "problem_from_scenario"]
+__all__ = [
+    "CORES",
+    "REGISTRY",
+    "Core",
+    "Outcome",
+    "Problem",
+    "Subscription",
+    "problem_from_scenario",
+]
 
-Strategy = Callable[[Scenario, Grouping], dict[str, Any]]
+#: A strategy's core: the plain problem in, the outcome out (a `Strategy` wraps it).
+Core = Callable[[Problem], Outcome]
 
 #: strategy name -> core on the plain problem
-CORES: dict[str, Callable[[Problem], Outcome]] = {
+CORES: dict[str, Core] = {
     "range": assign_range,
     "roundrobin": assign_roundrobin,
     "fair": assign_fair,
@@ -48,7 +58,7 @@ def problem_from_scenario(scenario: Scenario) -> Problem:
     return Problem(
         topics=scenario.topics,
         members={
-            member_id: Member(
+            member_id: Subscription(
                 subscription=frozenset(member.subscription),
                 generation=member.generation,
                 owned=member.owned_active,
@@ -58,7 +68,7 @@ def problem_from_scenario(scenario: Scenario) -> Problem:
     )
 
 
-def _strategy(name: str, core: Callable[[Problem], Outcome]) -> Strategy:
+def _strategy(name: str, core: Core) -> Strategy:
     def run(scenario: Scenario, grouping: Grouping) -> dict[str, Any]:
         outcome = core(problem_from_scenario(scenario))
         return build_result(

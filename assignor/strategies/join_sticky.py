@@ -16,7 +16,7 @@ the excess of the members that held the most (KIP-315's fair stealing).
 
 from __future__ import annotations
 
-from assignor.strategies.problem import Outcome, Problem, TopicPartitions
+from assignor.strategies.problem import Outcome, PartitionLists, Problem
 
 
 def _claimed_numbers(problem: Problem, count: int) -> dict[str, list[int]]:
@@ -74,7 +74,7 @@ def assign_join_sticky(problem: Problem) -> Outcome:
                     still.append(member_id)
             hungry = still
 
-    assignment: dict[str, TopicPartitions] = {m: {} for m in sorted(problem.members)}
+    assignment: dict[str, PartitionLists] = {m: {} for m in sorted(problem.members)}
     served: dict[str, set[int]] = {t: set() for t in topics}
     for member_id in members:
         numbers = sorted(units[member_id])
@@ -82,10 +82,12 @@ def assign_join_sticky(problem: Problem) -> Outcome:
             if numbers:
                 assignment[member_id][topic] = numbers
                 served[topic].update(numbers)
-    withheld = {
+    left_unassigned = {
         t: missing
         for t in topics
         if (missing := [p for p in range(problem.topics[t]) if p not in served[t]])
     }
     moved = sum(len(set(claims[m]) - set(units[m])) for m in members)
-    return Outcome(assignment=assignment, withheld=withheld, stats={"moved_active": moved})
+    return Outcome(
+        assignment=assignment, left_unassigned=left_unassigned, stats={"moved_active": moved}
+    )

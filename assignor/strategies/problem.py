@@ -2,26 +2,30 @@
 
 The strategy cores work on this small model rather than on the full scenario so
 that each one stays a short, pure function that tests and benchmarks can drive
-directly; `registry` translates the shared scenario model into it and the
-answer back into the plan result.
+directly; `assignor.strategies.problem_from_scenario` translates the scenario
+model into it, and `assignor.result.build_result` the answer into the plan
+result.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-# topic -> ascending partition numbers
-TopicPartitions = dict[str, list[int]]
+from assignor.model import TopicPartitions
+
+#: topic -> ascending partition numbers, as a strategy builds them
+PartitionLists = dict[str, list[int]]
 
 
 @dataclass(frozen=True)
-class Member:
-    """One group member as the classic strategies see it."""
+class Subscription:
+    """One group member as the classic strategies see it: Kafka's
+    ``ConsumerPartitionAssignor.Subscription`` (topics, generation, owned partitions)."""
 
     subscription: frozenset[str]
     generation: int = -1
-    owned: Mapping[str, Sequence[int]] = field(default_factory=dict)
+    owned: TopicPartitions = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -29,7 +33,7 @@ class Problem:
     """Topics with their partition counts and the members of the group."""
 
     topics: Mapping[str, int]
-    members: Mapping[str, Member]
+    members: Mapping[str, Subscription]
 
     def subscribed_topics(self) -> list[str]:
         """Existing topics at least one member subscribes to, sorted."""
@@ -53,21 +57,21 @@ class Problem:
 class Outcome:
     """A strategy's answer: who consumes what, and what waits for a follow-up."""
 
-    assignment: dict[str, TopicPartitions]
-    revoking: dict[str, TopicPartitions] = field(default_factory=dict)
+    assignment: dict[str, PartitionLists]
+    revoking: dict[str, PartitionLists] = field(default_factory=dict)
     followup_rebalance: bool = False
     # Partitions left to nobody on purpose although someone subscribes
     # (join-sticky leaves partitions beyond the smallest topic's count).
-    withheld: TopicPartitions = field(default_factory=dict)
+    left_unassigned: PartitionLists = field(default_factory=dict)
     stats: dict[str, int] = field(default_factory=dict)
 
 
-def empty_assignment(problem: Problem) -> dict[str, TopicPartitions]:
+def empty_assignment(problem: Problem) -> dict[str, PartitionLists]:
     """Every member present, owning nothing yet."""
     return {member_id: {} for member_id in problem.members}
 
 
-def sort_assignment(assignment: dict[str, TopicPartitions]) -> dict[str, TopicPartitions]:
+def sort_assignment(assignment: dict[str, PartitionLists]) -> dict[str, PartitionLists]:
     """Partition lists ascending, empty topics dropped, members and topics in key order."""
     return {
         member_id: {topic: sorted(parts) for topic, parts in sorted(topics.items()) if parts}

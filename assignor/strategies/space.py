@@ -10,9 +10,10 @@ keyed stream, over different members.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 
-from assignor.strategies.problem import Problem, TopicPartitions
+from assignor.model import TopicPartitions
+from assignor.strategies.problem import PartitionLists, Problem
 
 
 class PartitionSpace:
@@ -44,7 +45,7 @@ class PartitionSpace:
         ids.sort()
         return ids
 
-    def encode(self, owned: TopicPartitions | dict[str, Sequence[int]]) -> list[int]:
+    def encode(self, owned: TopicPartitions) -> list[int]:
         """Ids of the existing partitions among `owned`; stale ones are dropped."""
         width = self.width
         ids: list[int] = []
@@ -60,7 +61,7 @@ class PartitionSpace:
                 ids.extend([p * width + t for p in parts if 0 <= p < count])
         return ids
 
-    def decode(self, ids: Iterable[int]) -> TopicPartitions:
+    def decode(self, ids: Iterable[int]) -> PartitionLists:
         """Topic -> ascending partitions for a collection of ids."""
         width = self.width
         buckets: list[list[int]] = [[] for _ in range(width)]

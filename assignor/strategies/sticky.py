@@ -2,7 +2,7 @@
 
 Both compute the same target: the constrained linear passes of KIP-615 when
 every member subscribes alike (Kafka's AbstractStickyAssignor takes the same
-shortcut), KIP-54's general path otherwise. `cooperative-sticky` then withholds
+shortcut), KIP-54's general path otherwise. `cooperative-sticky` then revokes
 every partition that changes owner: the previous owner gives it up this round
 (it is listed under `revoking`), nobody gets it until the follow-up rebalance,
 in which it is free and goes straight to its new owner.
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from assignor.strategies.constrained import constrained_assign
 from assignor.strategies.general import general_assign
-from assignor.strategies.problem import Outcome, Problem, TopicPartitions
+from assignor.strategies.problem import Outcome, PartitionLists, Problem
 from assignor.strategies.space import PartitionSpace, resolve_claims
 
 
@@ -60,18 +60,18 @@ def assign_cooperative_sticky(problem: Problem) -> Outcome:
     claims = resolve_claims(problem, space)
     target = sticky_target(problem, space, claims)
     moved = _moved(claims, target)
-    withheld: set[int] = set()
+    revoked: set[int] = set()
     for lost in moved.values():
-        withheld.update(lost)
-    assignment: dict[str, TopicPartitions] = {}
+        revoked.update(lost)
+    assignment: dict[str, PartitionLists] = {}
     for member_id in sorted(problem.members):
         ids = target.get(member_id, [])
-        if withheld:
-            ids = [pid for pid in ids if pid not in withheld]
+        if revoked:
+            ids = [pid for pid in ids if pid not in revoked]
         assignment[member_id] = space.decode(ids)
     return Outcome(
         assignment=assignment,
         revoking={m: space.decode(lost) for m, lost in sorted(moved.items())},
-        followup_rebalance=bool(withheld),
-        stats={"moved_active": len(withheld)},
+        followup_rebalance=bool(revoked),
+        stats={"moved_active": len(revoked)},
     )

@@ -152,3 +152,10 @@ def test_defaults() -> None:
     assert (member.client_id, member.capacity, member.generation) == ("m", 1, -1)
     assert (parsed.num_standbys, parsed.acceptable_recovery_lag) == (0, 10000)
     assert (parsed.max_warmup_replicas, parsed.protocol) == (2, "eager")
+
+
+def test_a_declared_group_of_one_topic_is_accepted() -> None:
+    """It used to raise KeyError (a traceback, not a ScenarioError): the check's own
+    union-find never saw a topic with nothing to merge with."""
+    parsed = parse_scenario({"topics": {"a": 2}, "copartitioned": [["a"]], "members": {}})
+    assert parsed.copartitioned == (("a",),)

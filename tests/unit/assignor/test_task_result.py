@@ -1,7 +1,7 @@
 """`build_task_result` answers exactly what the generic `build_result` answers.
 
 The stateful strategy builds its eager-protocol result straight from its
-per-group task arrays (`assignor.task_result`), for speed; every strategy
+per-group task arrays (`assignor.result.build_task_result`), for speed; every strategy
 else goes through `assignor.result.build_result`. Both must give the same
 object for the same decision: members, lists, unassigned and every stat.
 """
@@ -14,9 +14,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from assignor import build_result, group_partitions, parse_scenario, plan
+from assignor.result import build_task_result
 from assignor.runs import runs_by_member
 from assignor.stateful import decide, placements
-from assignor.task_result import build_task_result
 from tests.unit.assignor.test_stateful_properties import SETTINGS, Scenario, applied, scenarios
 
 
