@@ -70,6 +70,7 @@ from faust.types.transports import ConsumerT
 from mode import Service
 from mode.utils.queues import ThrowableQueue
 
+from streamapp.faust_compat.transport import Consumer
 from tables import store_guard
 from tables.damaged import offset_beyond_end, records_missing_before_start
 
@@ -179,6 +180,11 @@ class Recovery(FaustRecovery):
         if done:
             self.app.consumer.pause_partitions(done)
         await super().on_recovery_completed(generation_id)
+        # Faust resumed the flow last (emptying the streams' queues): only now may records of
+        # the stream partitions reach those queues (see transport's release_streams_after_seek).
+        consumer = self.app.consumer
+        if isinstance(consumer, Consumer):
+            consumer.release_streams_after_seek()
 
     async def _seek_offsets(
         self, consumer: ConsumerT, tps: set[TP], offsets: Counter[TP], title: str

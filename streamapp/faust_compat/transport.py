@@ -20,10 +20,11 @@
    ``ConsumerThread._seek_to_committed_or_reset``): aiokafka left it where records fetched and
    then dropped by the rebalance had taken it, and those records were never processed.
 
-5. Stream partitions resume after the seek to their committed offsets, not before it (see
-   ``Consumer.resume_partitions``), and within one generation a stream record is handed to the
-   streams once (see ``streamapp.hand_out``): a record fetched again is dropped instead of
-   processed twice. Only recovery's seek resumes them, never the fetch loop's.
+5. Stream partitions resume after the seek to their committed offsets and after the flow
+   resumed, not before (see ``Consumer.resume_partitions``, ``release_streams_after_seek``);
+   within one generation a stream record is handed to the streams once (see
+   ``streamapp.hand_out``): a record fetched again is dropped instead of processed twice. Only
+   recovery's seek counts, never the fetch loop's.
 
 6. A changelog record fetched under a previous generation is dropped, not handed to table
    recovery (see ``streamapp.faust_compat.recovery``).
@@ -161,6 +162,7 @@ class Consumer(faust_aiokafka.Consumer):
         self._hand_out_ledger = HandOutLedger()
         # Stream partitions Faust's recovery resumed before the seek that must precede them.
         self._streams_await_seek = False
+        self._sought_for_streams = False
         self._resume_after_seek: set[TP] = set()
         self._refusals_logged: set[tuple[TP, int]] = set()
         #: Fetches Faust's fetch loop has begun (see the module docs, 9).
@@ -196,7 +198,8 @@ class Consumer(faust_aiokafka.Consumer):
         # offsets (`Recovery.on_recovery_completed`). Records the fetch loop took in between came
         # from positions the seek moves back: they were processed, fetched again after the seek
         # and processed again, their output repeated (under exactly_once too: both processings
-        # can land in committed transactions). Stream partitions resume once that seek is done.
+        # can land in committed transactions). Stream partitions resume once that seek is done
+        # and the flow resumed (`release_streams_after_seek`).
         tps = set(tps)
         if self._streams_await_seek:
             changelogs = self.app.tables.changelog_topics
@@ -238,21 +241,35 @@ class Consumer(faust_aiokafka.Consumer):
         return {tp: batch for tp, batch in records.items() if tp not in passed}
 
     async def perform_seek(self) -> None:
-        # Only recovery's seek, which starts after recovery asked for the resume, releases
-        # those partitions. Faust's fetch loop seeks too, whenever it fetched while the flow was
-        # stopped; were its seek to release them (it may run between recovery's resume and
-        # recovery's seek), records would flow while recovery's seek then moved every partition
-        # back under them. Faust's gap detection took the offsets the seek moved back over for
-        # gaps and acked them, and a record fetched before the seek and handed out after it
-        # could pass records never handed out: acked, committed, never processed.
-        held = set() if IN_FETCH_LOOP.get() else self._resume_after_seek
-        try:
-            await super().perform_seek()
-        finally:
-            if held:
-                self._streams_await_seek = False
-                self._resume_after_seek = set()
-                super().resume_partitions(held & self.assignment())
+        # Only recovery's seek, which starts after recovery asked for the resume, counts for
+        # the stream partitions held. Faust's fetch loop seeks too, whenever it fetched while
+        # the flow was stopped; were its seek to count (it may run between recovery's resume
+        # and recovery's seek), records would flow while recovery's seek then moved every
+        # partition back under them. Faust's gap detection took the offsets the seek moved
+        # back over for gaps and acked them, and a record fetched before the seek and handed
+        # out after it could pass records never handed out: acked, committed, never processed.
+        recovery_seek = not IN_FETCH_LOOP.get() and bool(self._resume_after_seek)
+        await super().perform_seek()
+        if recovery_seek:
+            self._sought_for_streams = True
+
+    def release_streams_after_seek(self) -> None:
+        """Resume the stream partitions held for recovery's seek, once it is done.
+
+        Called by recovery once it has also resumed the flow (`faust_compat.recovery`), not
+        at the end of the seek: resuming the flow empties every stream's queue, and a record
+        fetched in between was put in one and dropped there, unprocessed and never acked,
+        while the records after it were acked and committed past it (lost; seen under
+        exactly_once when events arrived as a recovery ended).
+        """
+        if not (self._streams_await_seek and self._sought_for_streams):
+            return
+        held = self._resume_after_seek
+        self._streams_await_seek = False
+        self._sought_for_streams = False
+        self._resume_after_seek = set()
+        if held:
+            super().resume_partitions(held & self.assignment())
 
     def _admit(self, message: Message) -> bool:
         """Whether a fetched stream record goes to the streams (see `streamapp.hand_out`)."""
@@ -333,6 +350,7 @@ class Consumer(faust_aiokafka.Consumer):
 
     async def on_partitions_assigned(self, assigned: set[TP], generation_id: int = 0) -> None:
         self._streams_await_seek = True
+        self._sought_for_streams = False
         self._resume_after_seek = set()
         self._handing_out.set()
         await super().on_partitions_assigned(assigned, generation_id)

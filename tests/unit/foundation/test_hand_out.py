@@ -105,6 +105,7 @@ def _recovering_consumer() -> Any:
     consumer._committed_offset = {}
     consumer.assignment = lambda: {STREAM, CHANGELOG}
     consumer._streams_await_seek = True
+    consumer._sought_for_streams = False
     consumer._resume_after_seek = set()
     active_at_seek: list[set[TP]] = []
 
@@ -117,7 +118,7 @@ def _recovering_consumer() -> Any:
     return consumer
 
 
-async def test_stream_partitions_resume_only_after_the_seek() -> None:
+async def test_stream_partitions_resume_only_after_the_seek_and_the_flow() -> None:
     consumer = _recovering_consumer()
     # Recovery resumes the changelogs as it always did...
     consumer.resume_partitions({CHANGELOG})
@@ -126,8 +127,12 @@ async def test_stream_partitions_resume_only_after_the_seek() -> None:
     consumer.resume_partitions({STREAM})
     assert STREAM not in consumer._active_partitions
     await consumer.perform_seek()
-    # The seek ran with the stream partition still paused; it is fetched from afterwards.
+    # The seek ran with the stream partition still paused, and it stays paused until
+    # recovery has resumed the flow: that resume empties the streams' queues, and a record
+    # fetched before it was dropped there unprocessed, and committed past.
     assert consumer.active_at_seek == [{CHANGELOG}]
+    assert STREAM not in consumer._active_partitions
+    consumer.release_streams_after_seek()
     assert consumer._active_partitions == {CHANGELOG, STREAM}
     assert STREAM not in consumer._paused_partitions
     assert consumer._read_offset[STREAM] == 120
@@ -143,8 +148,10 @@ async def test_a_seek_before_the_resume_does_not_release_it() -> None:
     consumer = _recovering_consumer()
     await consumer.perform_seek()
     consumer.resume_partitions({STREAM})
+    consumer.release_streams_after_seek()
     assert STREAM not in consumer._active_partitions
     await consumer.perform_seek()
+    consumer.release_streams_after_seek()
     assert STREAM in consumer._active_partitions
 
 
@@ -161,9 +168,11 @@ async def test_a_seek_from_another_task_after_the_resume_does_not_release_it() -
         await consumer.perform_seek()
 
     await asyncio.create_task(fetch_loop_seek())
+    consumer.release_streams_after_seek()
     assert STREAM not in consumer._active_partitions
     # Recovery's seek, in a task of its own as mode's wait_first runs it.
     await asyncio.create_task(consumer.perform_seek())
+    consumer.release_streams_after_seek()
     assert STREAM in consumer._active_partitions
     assert consumer.active_at_seek == [set(), set()]
 
