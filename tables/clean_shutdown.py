@@ -28,7 +28,8 @@ import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
-from tables.inventory import STORE_NAME
+from tables.atomic_file import write_atomically
+from tables.inventory import scan_stores
 from tables.ownership import OWNERSHIP_FILE
 
 logger = logging.getLogger(__name__)
@@ -47,9 +48,7 @@ def must_discard(*, exactly_once: bool, clean_shutdown: bool, has_stores: bool) 
 
 def store_paths(tabledir: Path) -> list[Path]:
     """Every table store in ``tabledir``, whichever table it belongs to."""
-    if not tabledir.is_dir():
-        return []
-    return sorted(p for p in tabledir.iterdir() if STORE_NAME.match(p.name) and p.is_dir())
+    return [store.path for store in scan_stores(tabledir)]
 
 
 def begin_run(tabledir: str | Path, data_dir: str | Path, *, exactly_once: bool) -> list[Path]:
@@ -85,11 +84,8 @@ def begin_run(tabledir: str | Path, data_dir: str | Path, *, exactly_once: bool)
 def mark_clean_shutdown(tabledir: str | Path) -> None:
     """Record that every store in ``tabledir`` holds committed state only."""
     marker = Path(tabledir) / MARKER_FILE
-    marker.parent.mkdir(parents=True, exist_ok=True)
-    # Write-then-rename: a marker must never be half there.
-    scratch = marker.with_suffix(".tmp")
-    scratch.write_text("stores closed after the last commit\n")
-    os.replace(scratch, marker)
+    # A marker must never be half there.
+    write_atomically(marker, "stores closed after the last commit\n")
 
 
 def _refuse_if_open(stores: Sequence[Path]) -> None:

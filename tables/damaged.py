@@ -28,11 +28,10 @@ import logging
 import os
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from tables.inventory import STORE_NAME, read_persisted_offset
+from tables.inventory import StoreOnDisk, read_persisted_offset, scan_stores
 from tables.ownership import OWNERSHIP_FILE, Ownership, load_ownership, save_ownership
 
 logger = logging.getLogger(__name__)
@@ -40,26 +39,10 @@ logger = logging.getLogger(__name__)
 DAMAGED_DIR = "damaged"
 
 
-@dataclass(frozen=True)
-class StoreOnDisk:
-    """One table partition's store directory, ``<tabledir>/<table>-<partition>.db``."""
-
-    table: str
-    partition: int
-    path: Path
-
-
 def stores_of(tabledir: Path, tables: Iterable[str]) -> list[StoreOnDisk]:
     """The stores in ``tabledir`` of the named tables, by table and partition."""
     names = set(tables)
-    if not tabledir.is_dir():
-        return []
-    found = []
-    for path in sorted(tabledir.iterdir()):
-        match = STORE_NAME.match(path.name)
-        if match is not None and match["table"] in names and path.is_dir():
-            found.append(StoreOnDisk(match["table"], int(match["partition"]), path))
-    return found
+    return [store for store in scan_stores(tabledir) if store.table in names]
 
 
 def one_line(exc: BaseException) -> str:

@@ -6,10 +6,11 @@ restart), so a restarted worker must come back with the id it had.
 
 from __future__ import annotations
 
-import os
 import re
 import uuid
 from pathlib import Path
+
+from tables.atomic_file import write_atomically
 
 CLIENT_ID_FILE = "streamapp-client-id"
 _VALID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
@@ -44,9 +45,6 @@ def load_or_create_client_id(data_dir: str | Path, requested: str | None = None)
             )
         return kept
     client_id = validate_client_id(requested or f"worker-{uuid.uuid4().hex[:12]}")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # Write-then-rename so a crash never leaves an empty or half-written id behind.
-    scratch = path.with_suffix(".tmp")
-    scratch.write_text(client_id + "\n")
-    os.replace(scratch, path)
+    # A crash must never leave an empty or half-written id behind.
+    write_atomically(path, client_id + "\n")
     return client_id

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 import rocksdict
@@ -23,6 +24,27 @@ logger = logging.getLogger(__name__)
 OFFSET_KEY = b"__faust\x00offset__"
 #: ``<table name>-<partition>.db``: one store, as faust 0.15.3 names them.
 STORE_NAME = re.compile(r"^(?P<table>.+)-(?P<partition>\d+)\.db$")
+
+
+@dataclass(frozen=True)
+class StoreOnDisk:
+    """One table partition's store directory, ``<tabledir>/<table>-<partition>.db``."""
+
+    table: str
+    partition: int
+    path: Path
+
+
+def scan_stores(tabledir: Path) -> list[StoreOnDisk]:
+    """Every table store in ``tabledir``, whichever table it belongs to, in name order."""
+    if not tabledir.is_dir():
+        return []
+    found = []
+    for path in sorted(tabledir.iterdir()):
+        match = STORE_NAME.match(path.name)
+        if match is not None and path.is_dir():
+            found.append(StoreOnDisk(match["table"], int(match["partition"]), path))
+    return found
 
 
 def read_persisted_offset(path: Path) -> int | None:
@@ -56,15 +78,10 @@ class LocalStateInventory:
     def stores(self) -> dict[str, dict[int, Path]]:
         """Changelog topic -> partition -> store path, for every store of a known table."""
         found: dict[str, dict[int, Path]] = {}
-        if not self.tabledir.is_dir():
-            return found
-        for path in sorted(self.tabledir.iterdir()):
-            match = STORE_NAME.match(path.name)
-            if match is None or not path.is_dir():
-                continue
-            topic = self.changelog_topics.get(match["table"])
+        for store in scan_stores(self.tabledir):
+            topic = self.changelog_topics.get(store.table)
             if topic is not None:
-                found.setdefault(topic, {})[int(match["partition"])] = path
+                found.setdefault(topic, {})[store.partition] = store.path
         return found
 
     def offsets(self) -> dict[str, dict[int, int]]:

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from tables.atomic_file import write_atomically
 
 logger = logging.getLogger(__name__)
 
@@ -29,16 +30,13 @@ class Ownership:
 
 def save_ownership(data_dir: str | Path, ownership: Ownership) -> None:
     path = Path(data_dir) / OWNERSHIP_FILE
-    path.parent.mkdir(parents=True, exist_ok=True)
     payload = {
         "generation": ownership.generation,
         "active": {t: sorted(ps) for t, ps in ownership.active.items()},
         "standby": {t: sorted(ps) for t, ps in ownership.standby.items()},
     }
-    # Write-then-rename: a crash mid-write must leave the previous record, not half of one.
-    scratch = path.with_suffix(".tmp")
-    scratch.write_text(json.dumps(payload, sort_keys=True))
-    os.replace(scratch, path)
+    # A crash mid-write must leave the previous record, not half of one.
+    write_atomically(path, json.dumps(payload, sort_keys=True))
 
 
 def load_ownership(data_dir: str | Path) -> Ownership | None:

@@ -20,8 +20,7 @@ from faust.types import TP
 from faust.types.tables import CollectionT
 
 from streamapp.faust_compat.access import forget_store_partition, open_store_partitions
-from tables.damaged import beyond_partition_count, move_aside, unreadable_because
-from tables.inventory import STORE_NAME
+from tables.damaged import beyond_partition_count, move_aside, stores_of, unreadable_because
 
 logger = logging.getLogger(__name__)
 
@@ -102,14 +101,8 @@ def set_aside_beyond_partition_count(table: CollectionT, partition_count: int | 
         return []
     basename = str(store.basename)
     moved: list[Path] = []
-    tabledir = store.partition_path(0).parent
-    if not tabledir.is_dir():
-        return moved
-    for path in sorted(tabledir.iterdir()):
-        match = STORE_NAME.match(path.name)
-        if match is None or match["table"] != basename or not path.is_dir():
-            continue
-        partition = int(match["partition"])
+    for found in stores_of(store.partition_path(0).parent, [basename]):
+        partition, path = found.partition, found.path
         if not beyond_partition_count(partition, partition_count):
             continue
         if partition in open_store_partitions(store):
