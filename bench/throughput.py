@@ -93,16 +93,15 @@ async def create_topics(bootstrap: str, names: list[str], partitions: int) -> No
         await admin.close()
 
 
-async def load_input(bootstrap: str, topic: str, records: int, keys: int, partitions: int) -> None:
-    """``records`` records, key ``k<i mod keys>``, value 1..9, spread over every partition."""
+async def load_input(bootstrap: str, topic: str, records: int, keys: int) -> None:
+    """``records`` records, key ``k<i mod keys>``, value 1..9."""
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=50, max_batch_size=65536)
     await producer.start()
     try:
         for i in range(records):
             key = f"k{i % keys}"
-            await producer.send(
-                topic, key=key.encode(), value=str(1 + i % 9).encode(), partition=i % partitions
-            )
+            # Partitioned by key, as a table's source must be (the default partitioner).
+            await producer.send(topic, key=key.encode(), value=str(1 + i % 9).encode())
         await producer.flush()
     finally:
         await producer.stop()
@@ -254,7 +253,7 @@ def run_engine(
     if engine == "plain loop":
         topics.append(f"{app_id}-changelog")
     asyncio.run(create_topics(bootstrap, topics, args.partitions))
-    asyncio.run(load_input(bootstrap, topics[0], args.records, args.keys, args.partitions))
+    asyncio.run(load_input(bootstrap, topics[0], args.records, args.keys))
     env = {
         **os.environ,
         "PYTHONUNBUFFERED": "1",
