@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/throughput.py [--records 50000] [--keys 5000] [--partitions 6]
         [--guarantee at_least_once --guarantee exactly_once] [--loglevel warning]
-        [--profile DIR]
+        [--profile DIR] [--each-win]
 
 One run, one local broker. The app (``bench/apps/throughput_app.py``) keeps a per-key
 running sum in a changelog table and sends an output record for every tenth input. For each
@@ -21,7 +21,9 @@ Each engine notes the wall and process CPU time (all its threads) at its first r
 after its last one, with its producer flushed; startup and loading are not counted. Prints
 records/s, CPU µs per record and the ratios. ``--profile DIR`` also profiles the event-loop
 thread of each Faust engine (cProfile, first record to last) and prints where its time goes
-per record. Never part of the tests; ratios measured within one run are what count.
+per record. ``--each-win`` adds streamapp runs without its free wins (Faust's worker log
+levels, table encoding and producer defaults), all of them and then each one, to show what
+each is worth. Never part of the tests; ratios measured within one run are what count.
 """
 
 from __future__ import annotations
@@ -52,6 +54,13 @@ from streamapp.kafka.probe import free_port  # noqa: E402
 
 APP = "bench.apps.throughput_app:app"
 ENGINES = ("streamapp", "stock faust", "plain loop")
+#: streamapp without its free wins (--each-win): label -> THROUGHPUT_WITHOUT.
+WITHOUT_WINS = {
+    "sa no wins": "logging,encode,batching",
+    "sa -logging": "logging",
+    "sa -encode": "encode",
+    "sa -batching": "batching",
+}
 GUARANTEES = ("at_least_once", "exactly_once")
 OUTPUT_EVERY = 10
 # Faust's defaults (broker_commit_interval, broker_commit_every), for the plain loop.
@@ -205,7 +214,7 @@ def engine_command(
     engine: str, args: argparse.Namespace, bootstrap: str, run_dir: Path
 ) -> list[str]:
     py = sys.executable
-    if engine == "streamapp":
+    if engine == "streamapp" or engine in WITHOUT_WINS:
         return [
             py,
             "-m",
@@ -244,7 +253,7 @@ def engine_command(
 def run_engine(
     engine: str, guarantee: str, args: argparse.Namespace, bootstrap: str, root: Path
 ) -> Result:
-    slug = engine.replace(" ", "-")
+    slug = engine.replace(" ", "-").replace("--", "-")
     app_id = f"bench-tp-{slug}-{guarantee.replace('_', '-')}"
     run_dir = root / app_id
     (run_dir / "data").mkdir(parents=True)
@@ -259,6 +268,7 @@ def run_engine(
         "PYTHONUNBUFFERED": "1",
         "PYTHONPATH": str(REPO_ROOT),
         "THROUGHPUT_ENGINE": "faust" if engine == "stock faust" else "streamapp",
+        "THROUGHPUT_WITHOUT": WITHOUT_WINS.get(engine, ""),
         "THROUGHPUT_APP_ID": app_id,
         "THROUGHPUT_PARTITIONS": str(args.partitions),
         "THROUGHPUT_GUARANTEE": guarantee,
@@ -332,7 +342,7 @@ def table(results: list[Result], args: argparse.Namespace) -> str:
         f"throughput, one worker: {args.records:,} records, {args.keys:,} keys, "
         f"{args.partitions} partitions, an output record every {OUTPUT_EVERY}th, "
         f"-l {args.loglevel}",
-        f"{'guarantee':<14} {'engine':<12} {'records/s':>10} {'CPU µs/rec':>11} "
+        f"{'guarantee':<14} {'engine':<13} {'records/s':>10} {'CPU µs/rec':>11} "
         f"{'vs stock faust':>15} {'vs plain loop':>14}",
     ]
     by = {(r.guarantee, r.engine): r for r in results}
@@ -346,7 +356,7 @@ def table(results: list[Result], args: argparse.Namespace) -> str:
             vs_stock = f"{r.per_s / stock.per_s:.2f}x" if stock else "-"
             vs_plain = f"{r.per_s / plain.per_s:.3f}x" if plain else "-"
             lines.append(
-                f"{guarantee:<14} {engine:<12} {r.per_s:>10,.0f} {r.cpu_us_per_record:>11.0f} "
+                f"{guarantee:<14} {engine:<13} {r.per_s:>10,.0f} {r.cpu_us_per_record:>11.0f} "
                 f"{vs_stock:>15} {vs_plain:>14}"
             )
     if set(GUARANTEES) <= set(args.guarantee):
@@ -409,6 +419,11 @@ def main() -> int:
         help="the workers' -l (default: %(default)s)",
     )
     parser.add_argument("--profile", metavar="DIR", help="cProfile each Faust engine into DIR")
+    parser.add_argument(
+        "--each-win",
+        action="store_true",
+        help="also run streamapp without its free wins, all and each (see above)",
+    )
     parser.add_argument("--top", type=int, default=25, help="functions shown per profile")
     # The plain loop's own process.
     parser.add_argument("--plain-loop", action="store_true", help=argparse.SUPPRESS)
@@ -423,6 +438,8 @@ def main() -> int:
         return 0
     args.guarantee = args.guarantee or list(GUARANTEES)
     args.engine = args.engine or list(ENGINES)
+    if args.each_win:
+        args.engine += list(WITHOUT_WINS)
     if args.profile:
         Path(args.profile).mkdir(parents=True, exist_ok=True)
     results: list[Result] = []

@@ -5,6 +5,9 @@ Environment (set by ``bench/throughput.py``):
 
 - ``THROUGHPUT_ENGINE``: ``streamapp`` (a `streamapp.App`) or ``faust`` (a plain `faust.App`);
 - ``THROUGHPUT_APP_ID``, ``THROUGHPUT_PARTITIONS``, ``THROUGHPUT_GUARANTEE``;
+- ``THROUGHPUT_WITHOUT``: streamapp's free wins to leave out, comma-separated (``logging``,
+  ``encode``, ``batching``): Faust's worker, table or producer defaults instead, to measure
+  each win within one run (``bench/throughput.py --each-win``);
 - ``THROUGHPUT_RECORDS``: how many input records the run has;
 - ``THROUGHPUT_PROFILE``: when set, a cProfile of the event-loop thread from the first
   record to the last is written there;
@@ -40,9 +43,16 @@ options: dict[str, Any] = {
     "store": "rocksdb://",
 }
 app: faust.App
+WITHOUT = {w for w in os.environ.get("THROUGHPUT_WITHOUT", "").split(",") if w}
 if ENGINE == "streamapp":
     from streamapp import App
 
+    if "logging" in WITHOUT:
+        options["Worker"] = faust.Worker
+    if "encode" in WITHOUT:
+        options["Table"] = faust.Table
+    if "batching" in WITHOUT:
+        options.update(producer_linger=0.0, producer_max_batch_size=16384)
     # No standby: one worker, and the stock Faust peer keeps none either.
     app = App(APP_ID, num_standby_replicas=0, **options)
 else:
