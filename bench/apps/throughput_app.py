@@ -1,0 +1,96 @@
+"""The throughput benchmark's app: a per-key running sum in a changelog table, plus an output
+record for every tenth input. The same agent runs under streamapp or stock Faust.
+
+Environment (set by ``bench/throughput.py``):
+
+- ``THROUGHPUT_ENGINE``: ``streamapp`` (a `streamapp.App`) or ``faust`` (a plain `faust.App`);
+- ``THROUGHPUT_APP_ID``, ``THROUGHPUT_PARTITIONS``, ``THROUGHPUT_GUARANTEE``;
+- ``THROUGHPUT_WITHOUT``: streamapp's free wins to leave out, comma-separated (``logging``,
+  ``encode``, ``batching``): Faust's worker, table or producer defaults instead, to measure
+  each win within one run (``bench/throughput.py --each-win``);
+- ``THROUGHPUT_RECORDS``: how many input records the run has;
+- ``THROUGHPUT_PROFILE``: when set, a cProfile of the event-loop thread from the first
+  record to the last is written there;
+- ``THROUGHPUT_RESULT``: a file the agent writes, once the last record is processed and the
+  producer flushed, with the wall and process CPU time of the first and the last record.
+"""
+
+from __future__ import annotations
+
+import cProfile
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import faust
+
+ENGINE = os.environ.get("THROUGHPUT_ENGINE", "streamapp")
+APP_ID = os.environ.get("THROUGHPUT_APP_ID", "bench-throughput")
+PARTITIONS = int(os.environ.get("THROUGHPUT_PARTITIONS", "6"))
+GUARANTEE = os.environ.get("THROUGHPUT_GUARANTEE", "at_least_once")
+RECORDS = int(os.environ.get("THROUGHPUT_RECORDS", "50000"))
+RESULT = Path(os.environ.get("THROUGHPUT_RESULT", "throughput-result.json"))
+PROFILE = os.environ.get("THROUGHPUT_PROFILE")
+OUTPUT_EVERY = 10
+# The event-loop thread, first record to last (bench/throughput.py --profile).
+_profiler = cProfile.Profile() if PROFILE else None
+
+options: dict[str, Any] = {
+    "topic_partitions": PARTITIONS,
+    "processing_guarantee": GUARANTEE,
+    "store": "rocksdb://",
+}
+app: faust.App
+WITHOUT = {w for w in os.environ.get("THROUGHPUT_WITHOUT", "").split(",") if w}
+if ENGINE == "streamapp":
+    from streamapp import App
+
+    if "logging" in WITHOUT:
+        options["Worker"] = faust.Worker
+    if "encode" in WITHOUT:
+        options["Table"] = faust.Table
+    if "batching" in WITHOUT:
+        options.update(producer_linger=0.0, producer_max_batch_size=16384)
+    # No standby: one worker, and the stock Faust peer keeps none either.
+    app = App(APP_ID, num_standby_replicas=0, **options)
+else:
+    app = faust.App(APP_ID, **options)
+
+source = app.topic(
+    f"{APP_ID}-input",
+    key_type=str,
+    value_type=bytes,
+    key_serializer="raw",
+    value_serializer="raw",
+    partitions=PARTITIONS,
+)
+output = app.topic(f"{APP_ID}-output", key_type=str, value_type=int, partitions=PARTITIONS)
+sums = app.Table("sums", default=int, partitions=PARTITIONS)
+
+_seen = 0
+_first: tuple[float, float] | None = None
+
+
+@app.agent(source)
+async def running_sum(stream: Any) -> None:
+    global _seen, _first
+    async for key, value in stream.items():
+        if _first is None:
+            _first = (time.monotonic(), time.process_time())
+            if _profiler is not None:
+                _profiler.enable()
+        total = sums[key] + int(value)
+        sums[key] = total
+        _seen += 1
+        if _seen % OUTPUT_EVERY == 0:
+            await output.send(key=key, value=total)
+        if _seen == RECORDS:
+            # Durable: the changelog and output records of the run are with the broker.
+            await app.producer.flush()
+            wall, cpu = time.monotonic(), time.process_time()
+            if _profiler is not None:
+                _profiler.disable()
+                _profiler.dump_stats(str(PROFILE))
+            RESULT.write_text(json.dumps({"records": _seen, "first": _first, "last": [wall, cpu]}))

@@ -1,0 +1,124 @@
+"""The table `streamapp.App` makes: Faust's, with one encoding of each key and value a write needs.
+
+``table[key] += 1`` on a Faust table serializes the key four times and the value twice: the
+read asks the store whether the key is there and then for its value (two key encodings and two
+reads of rocksdict), and the write sends the changelog record (key and value encoded by the
+changelog topic) and then stores the same key and value (encoded again by the store), six
+``json.dumps`` calls where two give the same bytes. Here a read encodes the key and reads the
+store once, and a write encodes the key and value once and gives those bytes to both the
+changelog and the store. The key a read just encoded is kept, by identity, for the write that
+follows it (``table[key] += 1`` passes the same object twice), when it is an immutable str,
+bytes or int.
+
+The bytes are the same as before: the changelog topic Faust makes for a table encodes with the
+table's key and value types and serializers, as the store does. A table whose changelog would
+encode otherwise (a table ``schema``, a ``changelog_topic`` of other types or serializers, or
+a store that keeps objects rather than bytes, like ``memory://``) keeps Faust's way.
+
+Faust private names this module uses (no public API reaches the store's bytes), so a compat
+layer can gather them:
+
+- ``faust.stores.base.SerializedStore._encode_key`` / ``._encode_value`` / ``._decode_value``:
+  the store's own codecs, so the bytes are exactly those the store would write and read.
+- ``faust.stores.base.SerializedStore._get`` / ``._set``: read and write those bytes without
+  the store encoding them again.
+- ``faust.tables.base.Collection._maybe_set_key_ttl`` (a method) / ``._sensor_on_set`` (set
+  in its ``__init__``): the rest of what
+  Faust's ``Table.on_key_set`` does after sending the changelog record (window expiry
+  bookkeeping, sensors), done here in the same order, since the send is done here with bytes.
+
+Each is checked at import, so a Faust without them fails loudly rather than mid-write.
+"""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+import faust
+from faust.serializers.schemas import Schema
+from faust.stores.base import SerializedStore
+from faust.tables.base import Collection
+
+_PRIVATE_METHODS = {
+    SerializedStore: ("_encode_key", "_encode_value", "_decode_value", "_get", "_set"),
+    Collection: ("_maybe_set_key_ttl",),
+}
+for _owner, _names in _PRIVATE_METHODS.items():
+    _missing = [name for name in _names if not callable(getattr(_owner, name, None))]
+    if _missing:
+        raise ImportError(f"{_owner.__qualname__} no longer has {', '.join(_missing)}")
+# An instance attribute, so looked for among the names Collection.__init__ assigns.
+if "_sensor_on_set" not in Collection.__init__.__code__.co_names:
+    raise ImportError("faust.tables.base.Collection no longer sets _sensor_on_set")
+
+#: Keys immutable enough to be reused by identity between a read and the write after it.
+_MEMO_KEY_TYPES = (str, bytes, int)
+
+
+class Table(faust.Table[Any, Any]):
+    """A `faust.Table` whose reads and writes encode each key and value once (see the module)."""
+
+    # The key last encoded and its bytes: `table[key] += 1` reads and then writes one key.
+    _last_key: Any = None
+    _last_key_bytes: bytes | None = None
+    _encodes_once: bool | None = None  # decided at the first read or write
+
+    def __getitem__(self, key: Any) -> Any:
+        store = self._serialized_store()
+        if store is None:
+            return super().__getitem__(key)
+        # Faust's: on_key_get, then `key in store` and `store[key]`, each encoding the key.
+        self.on_key_get(key)
+        key_bytes = self._key_bytes(store, key)
+        value = store._get(key_bytes)
+        if value is None:
+            return self.__missing__(key)
+        return store._decode_value(value)
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        store = self._serialized_store()
+        if store is None:
+            return super().__setitem__(key, value)
+        key_bytes = self._key_bytes(store, key)
+        value_bytes = store._encode_value(value)
+        # Faust's on_key_set, then the store's write, in that order, with the bytes above: the
+        # changelog topic takes bytes as they are ("raw").
+        fut = self.send_changelog(
+            self.partition_for_key(key),
+            key_bytes,
+            value_bytes,
+            key_serializer="raw",
+            value_serializer="raw",
+        )
+        partition = fut.message.partition
+        assert partition is not None  # eager partitioning: the changelog partition is known
+        self._maybe_set_key_ttl(key, partition)
+        self._sensor_on_set(self, key, value)
+        store._set(key_bytes, value_bytes)
+
+    def _key_bytes(self, store: SerializedStore[Any, Any], key: Any) -> bytes:
+        if key is self._last_key and self._last_key_bytes is not None:
+            return self._last_key_bytes
+        key_bytes = store._encode_key(key)
+        if type(key) in _MEMO_KEY_TYPES:
+            self._last_key, self._last_key_bytes = key, key_bytes
+        return key_bytes
+
+    def _serialized_store(self) -> SerializedStore[Any, Any] | None:
+        """The store when its bytes are the changelog's too, else None (decided once)."""
+        if self._encodes_once is None:
+            self._encodes_once = self._changelog_encodes_as_store(self.data)
+        return cast(SerializedStore[Any, Any], self.data) if self._encodes_once else None
+
+    def _changelog_encodes_as_store(self, store: Any) -> bool:
+        if not isinstance(store, SerializedStore) or self.schema is not None:
+            return False
+        schema = self.changelog_topic.schema
+        # The changelog encodes with Schema.dumps_key/dumps_value, which call the same
+        # registry as the store when the schema is Faust's own (no headers of its own).
+        return type(schema) is Schema and (
+            schema.key_type,
+            schema.value_type,
+            schema.key_serializer,
+            schema.value_serializer,
+        ) == (self.key_type, self.value_type, self.key_serializer, self.value_serializer)
