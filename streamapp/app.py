@@ -95,7 +95,7 @@ class App(FaustApp):
         options.setdefault("Topic", "streamapp.bad_records:Topic")
         options.setdefault("Agent", "streamapp.bad_records:Agent")
         # A table write encodes its key and value once, for the changelog and the store alike.
-        options.setdefault("Table", "streamapp.encode_once:Table")
+        options.setdefault("Table", "streamapp.faust_compat.encode_once:Table")
         # Disabled log levels cost nothing once the worker runs (see streamapp.faust_worker).
         options.setdefault("Worker", "streamapp.faust_worker:Worker")
         super().__init__(id, **options)

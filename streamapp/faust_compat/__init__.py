@@ -6,7 +6,8 @@ recovery (`streamapp.faust_compat.recovery`), its app's producer start and trans
 (`streamapp.faust_compat.app`), its assignor's leader step (`streamapp.faust_compat.assignor`),
 and reads and writes of its internals for the rest of streamapp: the group coordinator, the
 assignment hand-over, its RocksDB store's open handles (`streamapp.faust_compat.access`); and
-aiokafka's group coordinator and producer (`coordinator`, `producer_wait`).
+aiokafka's group coordinator and producer (`coordinator`, `producer_wait`); Faust's table
+writes, encoded once (`encode_once`).
 Every private name those rely on is listed in `PRIVATE_NAMES` below, and nowhere else in
 streamapp is one named (a unit test reads every module for them).
 
@@ -84,6 +85,14 @@ PRIVATE_NAMES: dict[str, tuple[str, ...]] = {
     ),
     "faust.transport.consumer:TransactionManager": ("_tps_to_transactional_ids",),
     "faust.stores.rocksdb:Store": ("_dbs", "_key_index"),
+    "faust.stores.base:SerializedStore": (
+        "_encode_key",  # encode_once: one encoding per key and value a write needs
+        "_encode_value",
+        "_decode_value",
+        "_get",
+        "_set",
+    ),
+    "faust.tables.base:Collection": ("_maybe_set_key_ttl", "_sensor_on_set"),
     "aiokafka.coordinator.assignors.sticky.sticky_assignor:StickyPartitionAssignor": (
         "_metadata",  # bench/strategies.py runs aiokafka's sticky assignor beside ours
     ),

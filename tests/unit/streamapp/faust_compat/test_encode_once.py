@@ -20,7 +20,7 @@ from faust.streams import _current_event
 from faust.types import TP
 
 from streamapp import App
-from streamapp.encode_once import Table
+from streamapp.faust_compat.encode_once import Table
 
 
 class _Producer:

@@ -15,8 +15,8 @@ table's key and value types and serializers, as the store does. A table whose ch
 encode otherwise (a table ``schema``, a ``changelog_topic`` of other types or serializers, or
 a store that keeps objects rather than bytes, like ``memory://``) keeps Faust's way.
 
-Faust private names this module uses (no public API reaches the store's bytes), so a compat
-layer can gather them:
+Faust private names this module uses (no public API reaches the store's bytes), checked at
+import with the others (`streamapp.faust_compat.PRIVATE_NAMES`):
 
 - ``faust.stores.base.SerializedStore._encode_key`` / ``._encode_value`` / ``._decode_value``:
   the store's own codecs, so the bytes are exactly those the store would write and read.
@@ -26,8 +26,6 @@ layer can gather them:
   in its ``__init__``): the rest of what
   Faust's ``Table.on_key_set`` does after sending the changelog record (window expiry
   bookkeeping, sensors), done here in the same order, since the send is done here with bytes.
-
-Each is checked at import, so a Faust without them fails loudly rather than mid-write.
 """
 
 from __future__ import annotations
@@ -37,19 +35,6 @@ from typing import Any, cast
 import faust
 from faust.serializers.schemas import Schema
 from faust.stores.base import SerializedStore
-from faust.tables.base import Collection
-
-_PRIVATE_METHODS = {
-    SerializedStore: ("_encode_key", "_encode_value", "_decode_value", "_get", "_set"),
-    Collection: ("_maybe_set_key_ttl",),
-}
-for _owner, _names in _PRIVATE_METHODS.items():
-    _missing = [name for name in _names if not callable(getattr(_owner, name, None))]
-    if _missing:
-        raise ImportError(f"{_owner.__qualname__} no longer has {', '.join(_missing)}")
-# An instance attribute, so looked for among the names Collection.__init__ assigns.
-if "_sensor_on_set" not in Collection.__init__.__code__.co_names:
-    raise ImportError("faust.tables.base.Collection no longer sets _sensor_on_set")
 
 #: Keys immutable enough to be reused by identity between a read and the write after it.
 _MEMO_KEY_TYPES = (str, bytes, int)
