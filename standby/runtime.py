@@ -32,7 +32,6 @@ from standby.followup import FollowupScheduler
 from standby.lag import FalseOffsets, OffsetReportCheck, Readiness, lags
 from standby.progress import ProgressMeter
 from standby.recovery_meter import RecoveryMeter
-from streamapp.faust_compat.access import group_coordinator, request_rejoin
 
 logger = logging.getLogger(__name__)
 
@@ -327,12 +326,17 @@ class ReplicaRuntime:
 
     def request_rebalance(self) -> None:
         """Ask the group to rebalance, on the consumer thread that owns the coordinator."""
+        # Imported here: streamapp's package imports the App, whose wiring imports this module.
+        from streamapp.faust_compat.access import request_rejoin
+
         request_rejoin(self.app)
 
     # -- introspection --
 
     def member(self) -> tuple[str | None, int | None]:
         """Kafka's member id and generation of this worker, if it is in a group now."""
+        from streamapp.faust_compat.access import group_coordinator  # see request_rebalance
+
         coordinator = group_coordinator(self.app)
         if coordinator is None:
             return None, None

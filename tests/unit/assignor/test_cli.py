@@ -12,8 +12,8 @@ import pytest
 
 from assignor import plan
 from assignor.cli import main
+from tests.paths import REPO_ROOT
 
-REPO = Path(__file__).resolve().parents[3]
 SCENARIO = {
     "topics": {"orders": 4, "orders-changelog": 4},
     "changelog_topics": ["orders-changelog"],
@@ -143,7 +143,7 @@ def test_missing_file_through_python_dash_m(tmp_path: Path) -> None:
         [sys.executable, "-m", "assignor", "plan", str(tmp_path / "absent.json")],
         capture_output=True,
         text=True,
-        cwd=REPO,
+        cwd=REPO_ROOT,
         check=False,
     )
     assert run.returncode == 2
@@ -154,14 +154,14 @@ def test_missing_file_through_python_dash_m(tmp_path: Path) -> None:
 @pytest.mark.parametrize("strategy", ["stateful", "faust"])
 def test_same_answer_whatever_the_hash_seed(tmp_path: Path, strategy: str) -> None:
     """Rule 8 across processes: set iteration order must not leak into results."""
-    scenario = REPO / "tests" / "data" / "scenarios" / "shared" / "adclick-scale-out.json"
+    scenario = REPO_ROOT / "tests" / "data" / "scenarios" / "shared" / "adclick-scale-out.json"
     outputs = []
     for seed in ("1", "2"):
         run = subprocess.run(
             [sys.executable, "-m", "assignor", "plan", str(scenario), "--strategy", strategy],
             capture_output=True,
             text=True,
-            cwd=REPO,
+            cwd=REPO_ROOT,
             check=True,
             env={"PYTHONHASHSEED": seed, "PATH": "/usr/bin:/bin"},
         )

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
 from assignor import plan
+from tests.paths import DOCS
 
-PAGE = Path(__file__).resolve().parents[3] / "docs" / "assignment-rules.md"
+PAGE = DOCS / "assignment-rules.md"
 
 
 def test_the_restarted_member_gets_its_caught_up_tasks_back_and_standbys_cross() -> None:

@@ -19,8 +19,7 @@ import assignor.cli
 from assignor import ScenarioError
 from assignor.cli import main
 from assignor.model import MAX_PARTITIONS_PER_TOPIC, MAX_PARTITIONS_TOTAL, parse_scenario
-
-REPO = Path(__file__).resolve().parents[3]
+from tests.paths import REPO_ROOT
 
 
 def _scenario(topics: dict[str, int]) -> dict[str, Any]:
@@ -34,7 +33,7 @@ def _plan_subprocess(stdin: str) -> str:
         input=stdin,
         capture_output=True,
         text=True,
-        cwd=REPO,
+        cwd=REPO_ROOT,
         timeout=120,
         check=False,
     )

@@ -11,15 +11,14 @@ import json
 import subprocess
 import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from assignor import ScenarioError, plan
+from tests.paths import REPO_ROOT
 
-REPO = Path(__file__).resolve().parents[3]
-SCENARIOS = REPO / "tests" / "data" / "scenarios" / "shared"
+SCENARIOS = REPO_ROOT / "tests" / "data" / "scenarios" / "shared"
 IMPRESSIONS = "adclick-impressions-changelog"
 PENDING = "adclick-pending-clicks-changelog"
 ADCLICK_TOPICS = (IMPRESSIONS, PENDING, "clicks", "impressions")
@@ -139,7 +138,7 @@ def check_bad_copartition_mismatch() -> None:
         ],
         capture_output=True,
         text=True,
-        cwd=REPO,
+        cwd=REPO_ROOT,
         check=False,
     )
     assert cli.returncode == 2

@@ -10,15 +10,15 @@ from __future__ import annotations
 
 import copy
 import json
-from pathlib import Path
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from assignor import plan
+from tests.paths import SCENARIOS
 
-DATA = Path(__file__).resolve().parents[2] / "data" / "scenarios"
+DATA = SCENARIOS
 SOURCE = "counts-source"
 CHANGELOG = "counter-counts-changelog"
 LEADER = "counter-__assignor-__leader"

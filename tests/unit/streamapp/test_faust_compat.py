@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 
 import streamapp.faust_compat as faust_compat
+from tests.paths import REPO_ROOT
 
-REPO = Path(__file__).resolve().parents[3]
 #: Every package and directory of streamapp's own code (tests excluded: they may probe).
 SCANNED = ("streamapp", "assignor", "tables", "standby", "examples", "bench")
-COMPAT = REPO / "streamapp" / "faust_compat"
+COMPAT = REPO_ROOT / "streamapp" / "faust_compat"
 THIRD_PARTY = ("faust", "aiokafka", "mode")
 
 
@@ -67,7 +67,7 @@ def _own_names(tree: ast.AST) -> set[str]:
 def _modules() -> list[Path]:
     found = []
     for top in SCANNED:
-        for path in sorted((REPO / top).rglob("*.py")):
+        for path in sorted((REPO_ROOT / top).rglob("*.py")):
             if COMPAT not in path.parents:
                 found.append(path)
     return found
@@ -109,7 +109,7 @@ def test_no_module_outside_the_compat_layer_names_a_private_faust_or_aiokafka_na
             if isinstance(node, ast.Attribute) and node.attr in theirs and node.attr not in own
         }
         if used:
-            offenders[str(path.relative_to(REPO))] = sorted(used)
+            offenders[str(path.relative_to(REPO_ROOT))] = sorted(used)
     assert offenders == {}, "private Faust/aiokafka names outside streamapp/faust_compat"
 
 
@@ -122,7 +122,7 @@ def test_no_class_outside_the_compat_layer_overrides_a_private_faust_or_aiokafka
     for path in _modules():
         if "spark" in path.parts or path.name == "__main__.py":
             continue  # PySpark jobs, entry points: no Faust classes
-        module_name = ".".join(path.relative_to(REPO).with_suffix("").parts)
+        module_name = ".".join(path.relative_to(REPO_ROOT).with_suffix("").parts)
         module_name = module_name.removesuffix(".__init__")
         module = importlib.import_module(module_name)
         for _, cls in inspect.getmembers(module, inspect.isclass):

@@ -6,15 +6,15 @@ Nothing is sent: the producers are built, not started, so no broker is needed.
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import faust
 import pytest
 
 from streamapp import App
 from streamapp.app import DEFAULT_PRODUCER_LINGER_S, DEFAULT_PRODUCER_MAX_BATCH_SIZE
+from tests.paths import DOCS
 
-DOC = Path(__file__).resolve().parents[3] / "docs" / "settings.md"
+DOC = DOCS / "settings.md"
 
 
 def _documented_default(setting: str) -> str:

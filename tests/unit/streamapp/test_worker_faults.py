@@ -21,8 +21,7 @@ from faust.utils.urls import urllist
 
 from streamapp.worker import WorkerSetupError, check_broker_reachable
 from tables.identity import CLIENT_ID_FILE
-
-REPO = Path(__file__).resolve().parents[3]
+from tests.paths import REPO_ROOT
 
 _APP = """
 from streamapp import App
@@ -68,7 +67,7 @@ def _worker(
         if k not in {"BROKER_URL", "APP_DATADIR", "WEB_PORT", "WEB_BIND", "WEB_HOST"}
         and not k.startswith("STREAMAPP_")
     }
-    env["PYTHONPATH"] = str(REPO)
+    env["PYTHONPATH"] = str(REPO_ROOT)
     env.update(env_extra or {})
     return subprocess.run(
         [sys.executable, "-m", "streamapp", "worker", "-A", "fault_test_app:app", *options],
@@ -246,7 +245,7 @@ def test_second_worker_on_the_same_data_dir(app_dir: Path, tmp_path: Path, no_br
     data_dir.mkdir()
     holder = subprocess.Popen(
         [sys.executable, "-c", _LOCK_HOLDER, str(data_dir)],
-        cwd=REPO,
+        cwd=REPO_ROOT,
         stdout=subprocess.PIPE,
         text=True,
     )

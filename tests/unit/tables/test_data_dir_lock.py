@@ -12,8 +12,7 @@ from pathlib import Path
 import pytest
 
 from tables.data_dir_lock import LOCK_FILE, DataDirInUse, lock_data_dir
-
-REPO = Path(__file__).resolve().parents[3]
+from tests.paths import REPO_ROOT
 
 # Takes the lock, says so, then holds it until killed.
 _HOLDER = """
@@ -50,7 +49,7 @@ time.sleep(600)
 def _start(script: str, target: Path) -> subprocess.Popen[str]:
     process = subprocess.Popen(
         [sys.executable, "-c", script, str(target)],
-        cwd=REPO,
+        cwd=REPO_ROOT,
         stdout=subprocess.PIPE,
         text=True,
     )
@@ -100,7 +99,7 @@ def test_a_sigkilled_holder_never_blocks_the_restart(
 def test_release_lets_another_process_in(tmp_path: Path) -> None:
     lock = lock_data_dir(tmp_path)
     probe = [sys.executable, "-c", _HOLDER, str(tmp_path)]
-    refused = subprocess.run(probe, cwd=REPO, capture_output=True, text=True, timeout=60)
+    refused = subprocess.run(probe, cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
     assert refused.returncode != 0 and "DataDirInUse" in refused.stderr
     assert f"in use by pid {os.getpid()}" in refused.stderr
     lock.release()

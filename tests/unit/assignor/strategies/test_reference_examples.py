@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from assignor import plan
+from tests.paths import SHARED_SCENARIOS
 
-SCENARIOS = Path(__file__).resolve().parents[2] / "data" / "scenarios" / "shared"
+SCENARIOS = SHARED_SCENARIOS
 
 
 def _load(name: str) -> dict[str, Any]:

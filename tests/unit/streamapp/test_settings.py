@@ -3,6 +3,7 @@ from __future__ import annotations
 import pytest
 
 from streamapp.settings import SettingsError, StreamappSettings
+from tests.paths import DOCS
 
 
 def test_env_overrides_code_defaults_and_round_trips() -> None:
@@ -87,9 +88,8 @@ def test_a_bad_value_names_where_it_came_from() -> None:
 
 
 def test_the_settings_reference_lists_every_setting_once() -> None:
-    from pathlib import Path
 
-    doc = (Path(__file__).resolve().parents[3] / "docs" / "settings.md").read_text()
+    doc = (DOCS / "settings.md").read_text()
     rows = [line for line in doc.splitlines() if line.startswith("| `")]
     for setting in SETTINGS:
         row = [r for r in rows if r.startswith(f"| `{setting.name}`")]

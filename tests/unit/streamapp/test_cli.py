@@ -12,8 +12,9 @@ import pytest
 from examples.adclick.demo import build_parser as demo_parser
 from streamapp.cli import build_parser
 from streamapp.kafka.probe import free_port
+from tests.paths import SHARED_SCENARIOS
 
-SCENARIOS = Path(__file__).resolve().parents[2] / "data" / "scenarios" / "shared"
+SCENARIOS = SHARED_SCENARIOS
 
 
 def _streamapp(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:

@@ -1,0 +1,12 @@
+"""Where the tests find the repository's files, wherever it is cloned."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+DOCS = REPO_ROOT / "docs"
+DATA = REPO_ROOT / "tests" / "data"
+SCENARIOS = DATA / "scenarios"
+#: The reference scenarios every strategy and the plan CLI are held to.
+SHARED_SCENARIOS = SCENARIOS / "shared"
