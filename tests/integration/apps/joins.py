@@ -75,6 +75,11 @@ if os.environ.get("JOINIT_TABLE_JOIN", "0") == "1":
         },
     )
 
+    @app.page("/join/customers/")
+    async def get_customers(web: Any, request: Any) -> Any:
+        # This worker's view of the table: active partitions, or all of a global table.
+        return web.json({"count": len(shipments_customers.table)})
+
 
 @app.page("/join/late/")
 async def get_late(web: Any, request: Any) -> Any:
