@@ -1,0 +1,101 @@
+"""What the joins share with Faust: decoding with a topic's own codecs, and sending.
+
+A join consumes its source topics as raw bytes through one agent (so that they are one
+co-partition group) and decodes each record with the codecs the user declared on that
+source's topic; it stores raw bytes in its tables (base64 in JSON) and decodes them again
+when they are emitted.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+from faust.types import AppT, TopicT
+
+Headers = Sequence[tuple[str, bytes]]
+
+RAW: dict[str, Any] = {
+    "key_type": bytes,
+    "value_type": bytes,
+    "key_serializer": "raw",
+    "value_serializer": "raw",
+}
+
+
+def b64(raw: bytes | None) -> str | None:
+    return None if raw is None else base64.b64encode(raw).decode("ascii")
+
+
+def unb64(text: str | None) -> bytes | None:
+    return None if text is None else base64.b64decode(text)
+
+
+def _codec(topic: TopicT, which: str) -> Any:
+    # faust.Topic has key_serializer/value_serializer; TopicT does not declare them.
+    return getattr(topic, f"{which}_serializer", None)
+
+
+def loads_key(app: AppT, topic: TopicT, raw: bytes | None) -> Any:
+    return app.serializers.loads_key(topic.key_type, raw, serializer=_codec(topic, "key"))
+
+
+def loads_value(app: AppT, topic: TopicT, raw: bytes | None) -> Any:
+    if raw is None:
+        return None
+    return app.serializers.loads_value(topic.value_type, raw, serializer=_codec(topic, "value"))
+
+
+def dumps_key(app: AppT, topic: TopicT, key: Any) -> bytes | None:
+    return app.serializers.dumps_key(topic.key_type, key, serializer=_codec(topic, "key"))
+
+
+def dumps_value(app: AppT, topic: TopicT, value: Any) -> bytes | None:
+    return app.serializers.dumps_value(topic.value_type, value, serializer=_codec(topic, "value"))
+
+
+def event_time_ms(message: Any) -> int:
+    """The record's Kafka timestamp, in milliseconds."""
+    return round(float(message.timestamp) * 1000)
+
+
+async def send_raw(
+    app: AppT,
+    source: Any,
+    topic: str,
+    key: bytes | None,
+    value: bytes | None,
+    headers: Headers | None = None,
+) -> Awaitable[Any]:
+    """Send bytes on behalf of the source record ``source`` (a Faust message).
+
+    Returns the delivery future. Under exactly_once the send joins the transaction of the
+    source's task, as Kafka Streams does it: Faust would pick a transaction by the
+    *destination* partition, which exists only for outputs partitioned like the input.
+    """
+    hdrs = list(headers) if headers else None
+    if app.in_transaction:
+        group = app.assignor.group_for_topic(source.topic)
+        transactional_id = f"{app.conf.id}-{group}-{source.partition}"
+        producer = app.consumer.transactions.producer
+        sent: Awaitable[Any] = await producer.send(
+            topic, key, value, None, None, hdrs, transactional_id=transactional_id
+        )
+        return sent
+    producer = await app.maybe_start_producer()
+    sent = await producer.send(topic, key, value, None, None, hdrs)
+    return sent
+
+
+async def flush_before_forgetting(app: AppT) -> None:
+    """Make everything sent so far durable, before state that stood for it is deleted.
+
+    Under at-least-once this keeps "deleted from state" implying "its output is out" (see
+    `streamapp.joins.core`). Under exactly_once the transaction does that already.
+    """
+    if not app.in_transaction:
+        await app.producer.flush()
+
+
+Callback = Callable[[Any], Awaitable[None] | None]

@@ -1,0 +1,350 @@
+"""The stream-stream join's state machine over two key-value stores: pure, no Faust, no I/O.
+
+`JoinProcessor` keeps each side's records in its own store (a ``MutableMapping``: a Faust
+table in a worker, a dict in tests), one partition at a time, and decides what each arriving
+record emits. The wiring (`streamapp.joins.stream_stream`) only decodes, sends and flushes.
+
+What one side's store holds, per partition ``p`` (every value JSON-friendly):
+
+* ``k/<key>``: the records of that key still able to match, as ``[offset, time_ms, value,
+  matched]`` lists, in arrival order;
+* ``~clock/<p>``: the side's clock (highest event time seen, never goes back);
+* ``~seen/<p>``: the highest source offset processed, which tells a replay from a new record;
+* ``~late/<p>``: how many late records the side had;
+* ``~live/<p>`` and ``~b/<p>/<bucket>``: the expiry index, keys listed by the time bucket in
+  which their records expire, so a sweep reads only what has expired (see `ExpiryIndex`).
+
+Partition numbers are part of the bookkeeping keys: a Faust table looks a key that is missing
+in the current partition up in the others.
+
+Replays (at-least-once). A record whose offset is at or below ``~seen`` was processed before a
+crash, and its effects on the stores may or may not have survived. If it is still stored, its
+pairs are emitted again (the first emission may have been lost; a duplicate is allowed). If it
+is not, it was late (its dead letter was delivered before ``~seen`` moved, see
+`JoinProcessor.count_late`) or it expired, and expiry is applied only after everything sent
+before it was delivered (the wiring flushes the producer between `JoinProcessor.plan_expiry`
+and `Expiry.apply`): either way its output is out already, and it is skipped.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Iterable, MutableMapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from streamapp.joins.window import JoinKind, JoinWindow, Side
+
+__all__ = [
+    "Arrival",
+    "Entry",
+    "Expiry",
+    "ExpiryIndex",
+    "JoinProcessor",
+    "Outcome",
+    "Pair",
+    "Store",
+]
+
+Store = MutableMapping[str, Any]
+
+KEY_PREFIX = "k/"
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One record on one side: its source offset (its identity), event time and payload."""
+
+    offset: int
+    time_ms: int
+    value: Any = None
+    matched: bool = False
+
+    def to_json(self) -> list[Any]:
+        return [self.offset, self.time_ms, self.value, int(self.matched)]
+
+    @classmethod
+    def from_json(cls, raw: list[Any]) -> Entry:
+        return cls(int(raw[0]), int(raw[1]), raw[2], bool(raw[3]))
+
+
+@dataclass(frozen=True)
+class Pair:
+    """One output of the join; ``left`` or ``right`` is None for an unmatched record."""
+
+    key: str
+    left: Entry | None
+    right: Entry | None
+
+
+class Outcome(enum.Enum):
+    ACCEPTED = "accepted"  # stored; its pairs (if any) emitted
+    LATE = "late"  # more than grace behind its side's clock: not joined
+    REPLAY = "replay"  # processed before and still stored: its pairs emitted again
+    SKIPPED = "skipped"  # processed before and gone: its output was delivered already
+
+
+@dataclass(frozen=True)
+class Arrival:
+    outcome: Outcome
+    pairs: tuple[Pair, ...] = ()
+
+
+@dataclass(frozen=True)
+class ExpiryIndex:
+    """Time buckets of ``width_ms``: which keys may hold records expiring when.
+
+    A record expiring after clock value ``e`` is listed in bucket ``e // width_ms``; a bucket
+    is swept once the driving clock reaches its end, when all its records have expired. So a
+    record leaves the store (and, unmatched, is emitted by a left or outer join) up to
+    ``width_ms`` after the clock passed its expiry time: wider buckets mean fewer index
+    writes and later emission; 1 ms is exact.
+    """
+
+    width_ms: int = 100
+
+    def __post_init__(self) -> None:
+        if self.width_ms <= 0:
+            raise ValueError(f"expiry bucket width must be > 0, got {self.width_ms}")
+
+    def bucket_of(self, expires_after_ms: int) -> int:
+        return expires_after_ms // self.width_ms
+
+    def due_at(self, bucket: int) -> int:
+        # Bucket b holds expiry times in [b*w, (b+1)*w); a record expires once clock > its
+        # time, so all of them have once clock >= (b+1)*w.
+        return (bucket + 1) * self.width_ms
+
+    def swept(self, expires_after_ms: int, clock_ms: int) -> bool:
+        """Whether a sweep at ``clock_ms`` has dropped a record expiring after ``expires_after_ms``.
+
+        That is: the record has expired, rounded up to the end of its bucket. With a width of
+        1 ms a record goes exactly when the clock passes its expiry time.
+        """
+        return self.due_at(self.bucket_of(expires_after_ms)) <= clock_ms
+
+
+@dataclass
+class Expiry:
+    """What a sweep found; nothing is changed until `apply` (after the unmatched are sent)."""
+
+    unmatched: tuple[Pair, ...] = ()
+    _steps: list[Callable[[], None]] = field(default_factory=list)
+
+    @property
+    def empty(self) -> bool:
+        return not self._steps
+
+    def apply(self) -> None:
+        for step in self._steps:
+            step()
+        self._steps.clear()
+
+
+def _clock_key(p: int) -> str:
+    return f"~clock/{p}"
+
+
+def _seen_key(p: int) -> str:
+    return f"~seen/{p}"
+
+
+def _late_key(p: int) -> str:
+    return f"~late/{p}"
+
+
+def _live_key(p: int) -> str:
+    return f"~live/{p}"
+
+
+def _bucket_key(p: int, bucket: int) -> str:
+    return f"~b/{p}/{bucket}"
+
+
+def _entries(store: Store, key: str) -> list[Entry]:
+    return [Entry.from_json(e) for e in store.get(KEY_PREFIX + key) or ()]
+
+
+def _put(store: Store, key: str, entries: Iterable[Entry]) -> None:
+    listed = [e.to_json() for e in entries]
+    if listed:
+        store[KEY_PREFIX + key] = listed
+    elif KEY_PREFIX + key in store:
+        del store[KEY_PREFIX + key]
+
+
+class JoinProcessor:
+    """A windowed stream-stream join (inner, left or outer) over two stores."""
+
+    def __init__(
+        self,
+        window: JoinWindow,
+        kind: JoinKind,
+        left: Store,
+        right: Store,
+        *,
+        index: ExpiryIndex | None = None,
+    ) -> None:
+        self.window = window
+        self.kind = kind
+        self.stores = {Side.LEFT: left, Side.RIGHT: right}
+        self.index = index or ExpiryIndex()
+        # (side, partition) -> the driving clock value at which a sweep can next find a bucket
+        # due (None: none live). Saves reading the index on every record; `forget` drops it
+        # when the stores may have changed under it (a rebalance).
+        self._sweep_at: dict[tuple[Side, int], int | None] = {}
+
+    def forget(self) -> None:
+        self._sweep_at.clear()
+
+    # -- reading --
+
+    def clock(self, side: Side, partition: int) -> int:
+        return int(self.stores[side].get(_clock_key(partition), -1))
+
+    def late_count(self, side: Side, partition: int) -> int:
+        return int(self.stores[side].get(_late_key(partition), 0))
+
+    def stored(self, side: Side, key: str) -> list[Entry]:
+        return _entries(self.stores[side], key)
+
+    # -- one record --
+
+    def process(self, side: Side, partition: int, key: str, entry: Entry) -> Arrival:
+        own = self.stores[side]
+        other = self.stores[side.other]
+        own_entries = _entries(own, key)
+        if entry.offset <= int(own.get(_seen_key(partition), -1)):
+            earlier = next((e for e in own_entries if e.offset == entry.offset), None)
+            if earlier is None:
+                return Arrival(Outcome.SKIPPED)
+            again = tuple(
+                self._pair(key, side, earlier, o)
+                for o in _entries(other, key)
+                if self._matches(side, earlier, o)
+            )
+            return Arrival(Outcome.REPLAY, again)
+        clock = self.clock(side, partition)
+        if self.window.is_late(entry.time_ms, clock):
+            # Nothing is written: `count_late` does it once the dead letter is out.
+            return Arrival(Outcome.LATE)
+        if entry.time_ms > clock:
+            own[_clock_key(partition)] = entry.time_ms
+        other_entries = _entries(other, key)
+        pairs: list[Pair] = []
+        changed = False
+        for i, o in enumerate(other_entries):
+            if not self._matches(side, entry, o):
+                continue
+            pairs.append(self._pair(key, side, entry, o))
+            if not o.matched:
+                other_entries[i] = replace(o, matched=True)
+                changed = True
+        if changed and self.kind.emits_unmatched(side.other):
+            _put(other, key, other_entries)
+        stored = replace(entry, matched=bool(pairs))
+        _put(own, key, [*own_entries, stored])
+        self._index(side, partition, key, self.window.expires_after(side, entry.time_ms))
+        own[_seen_key(partition)] = entry.offset
+        return Arrival(Outcome.ACCEPTED, tuple(pairs))
+
+    def count_late(self, side: Side, partition: int, offset: int) -> None:
+        """Count a late record as handled (after its dead letter, if any, was delivered)."""
+        own = self.stores[side]
+        own[_late_key(partition)] = int(own.get(_late_key(partition), 0)) + 1
+        if offset > int(own.get(_seen_key(partition), -1)):
+            own[_seen_key(partition)] = offset
+
+    def _matches(self, side: Side, entry: Entry, other: Entry) -> bool:
+        if side is Side.LEFT:
+            return self.window.matches(entry.time_ms, other.time_ms)
+        return self.window.matches(other.time_ms, entry.time_ms)
+
+    @staticmethod
+    def _pair(key: str, side: Side, entry: Entry, other: Entry) -> Pair:
+        return Pair(key, entry, other) if side is Side.LEFT else Pair(key, other, entry)
+
+    # -- expiry --
+
+    def _index(self, side: Side, partition: int, key: str, expires_after_ms: int) -> None:
+        store = self.stores[side]
+        bucket = self.index.bucket_of(expires_after_ms)
+        bucket_key = _bucket_key(partition, bucket)
+        listed = store.get(bucket_key)
+        if listed is None:
+            live = list(store.get(_live_key(partition)) or [])
+            if bucket not in live:
+                store[_live_key(partition)] = sorted([*live, bucket])
+            store[bucket_key] = [key]
+        elif key not in listed:
+            store[bucket_key] = [*listed, key]
+        where = (side, partition)
+        if where in self._sweep_at:
+            at = self._sweep_at[where]
+            due = self.index.due_at(bucket)
+            self._sweep_at[where] = due if at is None else min(at, due)
+
+    def plan_expiry(self, partition: int) -> Expiry:
+        """The records of ``partition`` that the clocks have expired, on both sides.
+
+        Returns the unmatched records the join kind emits; the stores change on `apply`.
+        """
+        expiry = Expiry()
+        unmatched: list[Pair] = []
+        for side in (Side.LEFT, Side.RIGHT):
+            driving = self.clock(side.other, partition)
+            unmatched.extend(self._plan_side(side, partition, driving, expiry))
+        expiry.unmatched = tuple(unmatched)
+        return expiry
+
+    def _plan_side(self, side: Side, partition: int, clock: int, expiry: Expiry) -> list[Pair]:
+        where = (side, partition)
+        if where in self._sweep_at:
+            at = self._sweep_at[where]
+            if at is None or clock < at:
+                return []
+        store = self.stores[side]
+        live: list[int] = list(store.get(_live_key(partition)) or [])
+        due = [b for b in live if self.index.due_at(b) <= clock]
+        rest = live[len(due) :]
+        if not due:
+            self._sweep_at[where] = self.index.due_at(rest[0]) if rest else None
+            return []
+        keys: list[str] = []
+        for bucket in due:
+            for key in store.get(_bucket_key(partition, bucket)) or ():
+                if key not in keys:
+                    keys.append(key)
+        emit = self.kind.emits_unmatched(side)
+        unmatched: list[Pair] = []
+        updates: dict[str, list[Entry]] = {}
+        for key in keys:
+            entries = _entries(store, key)
+            # By the bucket rule, not the exact one: what goes when does not depend on which
+            # bucket happened to list the key.
+            keep = [
+                e
+                for e in entries
+                if not self.index.swept(self.window.expires_after(side, e.time_ms), clock)
+            ]
+            if len(keep) == len(entries):
+                continue
+            updates[key] = keep
+            if emit:
+                for e in entries:
+                    if not e.matched and e not in keep:
+                        pair = Pair(key, e, None) if side is Side.LEFT else Pair(key, None, e)
+                        unmatched.append(pair)
+
+        def apply() -> None:
+            for key, keep in updates.items():
+                _put(store, key, keep)
+            for bucket in due:
+                bucket_key = _bucket_key(partition, bucket)
+                if bucket_key in store:
+                    del store[bucket_key]
+            store[_live_key(partition)] = rest
+            self._sweep_at[where] = self.index.due_at(rest[0]) if rest else None
+
+        expiry._steps.append(apply)
+        return unmatched

@@ -1,0 +1,254 @@
+"""The windowed stream-stream join as a Faust agent and two changelog-backed tables.
+
+`windowed_join(app, name, left=..., right=..., window=..., output=...)` declares:
+
+* one agent consuming both source topics as one ``app.topic(left, right, partitions=n)``:
+  topics declared together are co-partitioned, both for streamapp's startup check
+  (`streamapp.topic_check`: one line naming each topic and its partition count when they
+  differ, and the worker refuses to start) and for the assignor (same partition count, same
+  subscribers: one group, partition *p* of both on one worker);
+* two tables, ``<name>-left`` and ``<name>-right``, with ``n`` partitions: their changelogs
+  join the same group (a table declared with the sources' count follows them), so a worker
+  that takes partition *p* of the sources restores partition *p* of the state;
+* the join itself, decided by `streamapp.joins.core.JoinProcessor` (see `streamapp.joins.window`
+  for the rule, lateness and expiry).
+
+Output: each pair (and, for left and outer joins, each unmatched record once it has expired)
+goes to ``output``: a topic (the value ``combine(left, right)``, the key the source key) or an
+async or plain callback taking a `JoinResult`. Late records are counted per partition and, with
+``dead_letter_topic``, sent there as they came (bytes untouched, headers saying why).
+
+Guarantees: under exactly_once every pair is emitted once. Under at-least-once none is lost
+across crashes and restarts; a record processed again after a crash emits its pairs again.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from faust.types import AppT, TopicT
+
+from streamapp.joins import _io
+from streamapp.joins.core import Arrival, Entry, ExpiryIndex, JoinProcessor, Outcome, Pair
+from streamapp.joins.window import JoinKind, JoinWindow, Side
+
+__all__ = ["JoinResult", "WindowedJoin", "windowed_join"]
+
+L = TypeVar("L")
+R = TypeVar("R")
+
+
+@dataclass(frozen=True)
+class JoinResult(Generic[L, R]):
+    """One output: a pair, or an unmatched record (the other side None)."""
+
+    key: Any
+    left: L | None
+    right: R | None
+    left_time_ms: int | None
+    right_time_ms: int | None
+    partition: int
+
+
+def _default_combine(left: Any, right: Any) -> Any:
+    return {"left": left, "right": right}
+
+
+class WindowedJoin(Generic[L, R]):
+    """A declared windowed join; see the module. Build it with `windowed_join`."""
+
+    def __init__(
+        self,
+        app: AppT,
+        name: str,
+        *,
+        left: TopicT,
+        right: TopicT,
+        window: JoinWindow,
+        output: TopicT | Callable[[JoinResult[L, R]], Any],
+        partitions: int,
+        kind: JoinKind | str = JoinKind.INNER,
+        combine: Callable[[L | None, R | None], Any] = _default_combine,
+        left_time_ms: Callable[[L], int] | None = None,
+        right_time_ms: Callable[[R], int] | None = None,
+        dead_letter_topic: str | None = None,
+        expiry_bucket_ms: int = 100,
+    ) -> None:
+        self.app = app
+        self.name = name
+        self.window = window
+        self.kind = JoinKind(kind)
+        self.partitions = partitions
+        self.combine = combine
+        self.output = output
+        self.dead_letter_topic = dead_letter_topic
+        self.topics = {Side.LEFT: left, Side.RIGHT: right}
+        self.time_of: dict[Side, Callable[[Any], int] | None] = {
+            Side.LEFT: left_time_ms,
+            Side.RIGHT: right_time_ms,
+        }
+        self.names = {side: topic.get_topic_name() for side, topic in self.topics.items()}
+        if self.names[Side.LEFT] == self.names[Side.RIGHT]:
+            raise ValueError(f"join {name}: left and right must be different topics")
+        self.side_of = {topic: side for side, topic in self.names.items()}
+        self.sources = app.topic(
+            self.names[Side.LEFT], self.names[Side.RIGHT], partitions=partitions, **_io.RAW
+        )
+        table_options: dict[str, Any] = {
+            "partitions": partitions,
+            # Keys and values as JSON (Faust's choice for a str key type and no value type).
+            "key_type": str,
+        }
+        self.left_table = app.Table(f"{name}-left", **table_options)
+        self.right_table = app.Table(f"{name}-right", **table_options)
+        self.processor = JoinProcessor(
+            window,
+            self.kind,
+            self.left_table,
+            self.right_table,
+            index=ExpiryIndex(expiry_bucket_ms),
+        )
+        app.on_partitions_revoked.connect(self._forget)
+        app.on_partitions_assigned.connect(self._forget)
+        self.agent = app.agent(self.sources, name=f"{name}-join")(self._run)
+
+    # -- reading --
+
+    def changelog_topics(self) -> list[str]:
+        return [t.changelog_topic.get_topic_name() for t in (self.left_table, self.right_table)]
+
+    def late_counts(self) -> dict[str, int]:
+        """Late records per side and partition (``left/p0``...), of this worker's partitions."""
+        out: dict[str, int] = {}
+        for side, table in ((Side.LEFT, self.left_table), (Side.RIGHT, self.right_table)):
+            for key, value in table.items():
+                if isinstance(key, str) and key.startswith("~late/"):
+                    out[f"{side.value}/p{key.removeprefix('~late/')}"] = int(value)
+        return out
+
+    # -- the agent --
+
+    def _forget(self, sender: Any, /, *args: Any, **kwargs: Any) -> None:
+        self.processor.forget()
+
+    async def _run(self, stream: Any) -> None:
+        async for event in stream.events():
+            await self.on_message(event.message)
+
+    async def on_message(self, message: Any) -> None:
+        side = self.side_of[message.topic]
+        if message.key is None:
+            raise ValueError(
+                f"join {self.name}: {message.topic}[{message.partition}]@{message.offset} "
+                "has no key; a join needs keyed records"
+            )
+        topic = self.topics[side]
+        time_of = self.time_of[side]
+        if time_of is not None:
+            time_ms = int(time_of(_io.loads_value(self.app, topic, message.value)))
+        else:
+            time_ms = _io.event_time_ms(message)
+        key = _io.b64(message.key)
+        assert key is not None
+        entry = Entry(message.offset, time_ms, _io.b64(message.value))
+        arrival: Arrival = self.processor.process(side, message.partition, key, entry)
+        if arrival.outcome is Outcome.LATE:
+            if self.dead_letter_topic is not None:
+                headers = [
+                    ("join", self.name.encode()),
+                    ("reason", b"late"),
+                    ("source-topic", message.topic.encode()),
+                    ("source-partition", str(message.partition).encode()),
+                    ("source-offset", str(message.offset).encode()),
+                    ("event-time-ms", str(time_ms).encode()),
+                ]
+                delivered = await _io.send_raw(
+                    self.app, message, self.dead_letter_topic, message.key, message.value, headers
+                )
+                await delivered  # before the record counts as handled (see JoinProcessor)
+            self.processor.count_late(side, message.partition, message.offset)
+        for pair in arrival.pairs:
+            await self._emit(message, pair)
+        expiry = self.processor.plan_expiry(message.partition)
+        if not expiry.empty:
+            for pair in expiry.unmatched:
+                await self._emit(message, pair)
+            await _io.flush_before_forgetting(self.app)
+            expiry.apply()
+
+    async def _emit(self, source: Any, pair: Pair) -> None:
+        left = self._decode(Side.LEFT, pair.left)
+        right = self._decode(Side.RIGHT, pair.right)
+        known = pair.left if pair.left is not None else pair.right
+        assert known is not None
+        side = Side.LEFT if pair.left is not None else Side.RIGHT
+        key = _io.loads_key(self.app, self.topics[side], _io.unb64(pair.key))
+        if callable(self.output) and not isinstance(self.output, TopicT):
+            result = JoinResult(
+                key,
+                left,
+                right,
+                pair.left.time_ms if pair.left else None,
+                pair.right.time_ms if pair.right else None,
+                source.partition,
+            )
+            done = self.output(result)
+            if inspect.isawaitable(done):
+                await done
+            return
+        out = self.output
+        await _io.send_raw(
+            self.app,
+            source,
+            out.get_topic_name(),
+            _io.dumps_key(self.app, out, key),
+            _io.dumps_value(self.app, out, self.combine(left, right)),
+        )
+
+    def _decode(self, side: Side, entry: Entry | None) -> Any:
+        if entry is None:
+            return None
+        return _io.loads_value(self.app, self.topics[side], _io.unb64(entry.value))
+
+
+def windowed_join(
+    app: AppT,
+    name: str,
+    *,
+    left: TopicT,
+    right: TopicT,
+    window: JoinWindow,
+    output: TopicT | Callable[[JoinResult[Any, Any]], Any],
+    partitions: int,
+    kind: JoinKind | str = JoinKind.INNER,
+    combine: Callable[[Any, Any], Any] = _default_combine,
+    left_time_ms: Callable[[Any], int] | None = None,
+    right_time_ms: Callable[[Any], int] | None = None,
+    dead_letter_topic: str | None = None,
+    expiry_bucket_ms: int = 100,
+) -> WindowedJoin[Any, Any]:
+    """Declare a windowed stream-stream join on ``app`` (see the module and docs/joins.md).
+
+    ``left`` and ``right`` are topics keyed by the join key, each with its own codecs;
+    ``partitions`` is their partition count, which the join's tables take too. Event time is
+    ``left_time_ms(value)`` / ``right_time_ms(value)``, or the record's Kafka timestamp.
+    ``kind``: ``"inner"``, ``"left"`` or ``"outer"``.
+    """
+    return WindowedJoin(
+        app,
+        name,
+        left=left,
+        right=right,
+        window=window,
+        output=output,
+        partitions=partitions,
+        kind=kind,
+        combine=combine,
+        left_time_ms=left_time_ms,
+        right_time_ms=right_time_ms,
+        dead_letter_topic=dead_letter_topic,
+        expiry_bucket_ms=expiry_bucket_ms,
+    )

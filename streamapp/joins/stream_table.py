@@ -1,0 +1,200 @@
+"""The stream-table join: enrich each record of a stream from a table another topic fills.
+
+`stream_table_join(app, name, stream=orders, table_topic=customers, output=...)` keeps the
+latest value of every key of ``table_topic`` in a changelog-backed table (a record with a
+``None`` value deletes its key) and joins each ``stream`` record with the table's value for
+its key *as it stands when the stream record is processed* (Kafka Streams' KStream-KTable
+join): an inner join drops stream records whose key has no value, a left join emits them with
+``None``. A later table update does not re-emit earlier stream records.
+
+The table side is either
+
+* co-partitioned (the default): ``stream`` and ``table_topic`` are consumed by one agent as
+  ``app.topic(stream, table_topic, partitions=n)``, so they and the table's changelog are one
+  co-partition group (checked at startup, kept together by the assignor) and each worker holds
+  only its partitions of the table; both topics must be keyed by the join key with ``n``
+  partitions; or
+* global (``global_table=True``): every worker holds the whole table (a Faust GlobalTable,
+  filled by its own agent and read back from its changelog by every worker), the topics need
+  not be co-partitioned, and a stream record sees a table update once its changelog has
+  reached the worker that processes it.
+
+Guarantees: as for the windowed join (at-least-once: nothing lost, a replayed stream record
+is emitted again; exactly_once: once).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, MutableMapping
+from dataclasses import dataclass
+from typing import Any
+
+from faust.types import AppT, TopicT
+
+from streamapp.joins import _io
+from streamapp.joins.window import JoinKind
+
+__all__ = ["Enrichment", "StreamTableJoin", "TableLookup", "stream_table_join"]
+
+KEY_PREFIX = "k/"
+
+
+@dataclass(frozen=True)
+class Enrichment:
+    """One output: the stream record's key and value, with the table's value (or None)."""
+
+    key: Any
+    value: Any
+    table_value: Any
+    partition: int
+
+
+def _default_combine(value: Any, table_value: Any) -> Any:
+    return {"value": value, "table": table_value}
+
+
+class TableLookup:
+    """The pure rule over one key-value store (a table in a worker, a dict in tests)."""
+
+    def __init__(self, kind: JoinKind | str, store: MutableMapping[str, Any]) -> None:
+        self.kind = JoinKind(kind)
+        if self.kind is JoinKind.OUTER:
+            raise ValueError("a stream-table join is inner or left")
+        self.store = store
+
+    def update(self, key: str, value: Any) -> None:
+        """A table-topic record: the latest value wins; ``None`` deletes the key."""
+        if value is None:
+            if KEY_PREFIX + key in self.store:
+                del self.store[KEY_PREFIX + key]
+        else:
+            self.store[KEY_PREFIX + key] = value
+
+    def lookup(self, key: str) -> tuple[bool, Any]:
+        """A stream record: (whether to emit it, the table value to emit it with)."""
+        value = self.store.get(KEY_PREFIX + key)
+        if value is None and self.kind is JoinKind.INNER:
+            return False, None
+        return True, value
+
+
+class StreamTableJoin:
+    """A declared stream-table join; see the module. Build it with `stream_table_join`."""
+
+    def __init__(
+        self,
+        app: AppT,
+        name: str,
+        *,
+        stream: TopicT,
+        table_topic: TopicT,
+        output: TopicT | Callable[[Enrichment], Any],
+        partitions: int,
+        global_table: bool = False,
+        table_partitions: int | None = None,
+        kind: JoinKind | str = JoinKind.INNER,
+        combine: Callable[[Any, Any], Any] | None = None,
+    ) -> None:
+        self.app = app
+        self.name = name
+        self.stream = stream
+        self.table_topic = table_topic
+        self.output = output
+        self.combine = combine or (
+            lambda value, table_value: {"value": value, "table": table_value}
+        )
+        self.stream_name = stream.get_topic_name()
+        self.table_topic_name = table_topic.get_topic_name()
+        options: dict[str, Any] = {
+            # Keys and values as JSON (Faust's choice for a str key type and no value type).
+            "key_type": str,
+        }
+        if global_table:
+            self.table = app.GlobalTable(
+                f"{name}-table", partitions=table_partitions or partitions, **options
+            )
+            fill = app.topic(
+                self.table_topic_name, partitions=table_partitions or partitions, **_io.RAW
+            )
+            source = app.topic(self.stream_name, partitions=partitions, **_io.RAW)
+            self.agents = [
+                app.agent(fill, name=f"{name}-fill")(self._run),
+                app.agent(source, name=f"{name}-enrich")(self._run),
+            ]
+        else:
+            self.table = app.Table(f"{name}-table", partitions=partitions, **options)
+            both = app.topic(
+                self.stream_name, self.table_topic_name, partitions=partitions, **_io.RAW
+            )
+            self.agents = [app.agent(both, name=f"{name}-join")(self._run)]
+        self.lookup = TableLookup(kind, self.table)
+
+    async def _run(self, stream: Any) -> None:
+        async for event in stream.events():
+            await self.on_message(event.message)
+
+    async def on_message(self, message: Any) -> None:
+        if message.key is None:
+            raise ValueError(
+                f"join {self.name}: {message.topic}[{message.partition}]@{message.offset} "
+                "has no key; a join needs keyed records"
+            )
+        key = _io.b64(message.key)
+        assert key is not None
+        if message.topic == self.table_topic_name:
+            self.lookup.update(key, _io.b64(message.value))
+            return
+        emit, stored = self.lookup.lookup(key)
+        if not emit:
+            return
+        app = self.app
+        decoded_key = _io.loads_key(app, self.stream, message.key)
+        value = _io.loads_value(app, self.stream, message.value)
+        table_value = _io.loads_value(app, self.table_topic, _io.unb64(stored))
+        if callable(self.output) and not isinstance(self.output, TopicT):
+            done = self.output(Enrichment(decoded_key, value, table_value, message.partition))
+            if inspect.isawaitable(done):
+                await done
+            return
+        out = self.output
+        await _io.send_raw(
+            app,
+            message,
+            out.get_topic_name(),
+            _io.dumps_key(app, out, decoded_key),
+            _io.dumps_value(app, out, self.combine(value, table_value)),
+        )
+
+
+def stream_table_join(
+    app: AppT,
+    name: str,
+    *,
+    stream: TopicT,
+    table_topic: TopicT,
+    output: TopicT | Callable[[Enrichment], Any],
+    partitions: int,
+    global_table: bool = False,
+    table_partitions: int | None = None,
+    kind: JoinKind | str = JoinKind.INNER,
+    combine: Callable[[Any, Any], Any] | None = None,
+) -> StreamTableJoin:
+    """Declare a stream-table join on ``app`` (see the module and docs/joins.md).
+
+    ``partitions`` is the stream's partition count (and the table's, co-partitioned);
+    ``table_partitions`` the table topic's, for a global table (default: ``partitions``).
+    ``combine(value, table_value)`` makes the output value (default: a dict of both).
+    """
+    return StreamTableJoin(
+        app,
+        name,
+        stream=stream,
+        table_topic=table_topic,
+        output=output,
+        partitions=partitions,
+        global_table=global_table,
+        table_partitions=table_partitions,
+        kind=kind,
+        combine=combine,
+    )
