@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from typing import Any
 
 from streamapp import topic_check
+from tests.paths import DOCS
 
-DOC = Path(__file__).resolve().parents[3] / "docs" / "joins.md"
+DOC = DOCS / "joins.md"
 
 
 def test_the_docs_examples_declare_co_partitioned_joins() -> None:
