@@ -102,6 +102,18 @@ class App(FaustApp):
         self.streamapp_bad_records = BadRecords(self)
         assignment_wiring.install(self)
 
+    def GlobalTable(self, name: str, **kwargs: Any) -> Any:
+        """Faust's GlobalTable, whose changelog records are stored as they arrive, for good.
+
+        Every worker holds every partition of a global table, and any worker may write any of
+        them; the others' writes reach it through the changelog. Faust stores changelog
+        records of partitions it holds active in batches of ``recovery_buffer_size`` (1000 by
+        default) and stops reading them after recovery unless that size is 1 (its own advice
+        for global tables): with the default, a worker saw other workers' writes late or never.
+        """
+        kwargs.setdefault("recovery_buffer_size", 1)
+        return super().GlobalTable(name, **kwargs)
+
     async def on_first_start(self) -> None:
         await super().on_first_start()
         if not self.client_only:

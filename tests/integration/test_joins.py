@@ -8,8 +8,7 @@ expiry rules). Guarantee asserted, under at-least-once: the *set* of outputs equ
 reference exactly (nothing missing, nothing that should not be there); duplicates are allowed
 and reported; late records' dead letters are exactly the late records.
 
-Stream-table left join (shipments enriched from customers), co-partitioned (and global, a
-known failure: see GLOBAL_TABLES_NOT_TAILED), 2
+Stream-table left join (shipments enriched from customers), co-partitioned and global, 2
 workers, one killed with SIGKILL between the two halves of the shipments and restarted: the
 set of outputs equals the reference exactly (duplicates allowed, at-least-once); the table,
 filled before the shipments, survives the crash.
@@ -338,19 +337,11 @@ async def produce_json(
         await producer.stop()
 
 
-GLOBAL_TABLES_NOT_TAILED = (
-    "streamapp's assignor gives every member every partition of a global table's changelog as "
-    "an *active* (group_scenario.with_global_tables), which Faust reads once, at recovery, and "
-    "never tails: after startup a worker sees only its own writes to a global table (stock "
-    "Faust makes the other partitions standbys, which it tails)"
-)
-
-
 @pytest.mark.parametrize(
     "global_table",
     [
         False,
-        pytest.param(True, marks=pytest.mark.xfail(strict=True, reason=GLOBAL_TABLES_NOT_TAILED)),
+        True,
     ],
     ids=["copartitioned", "global"],
 )
