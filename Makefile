@@ -49,7 +49,7 @@ integration: venv kafka-jars
 test: lint typecheck unit integration
 
 bench: venv kafka-jars
-	@for b in bench/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+	@for b in bench/*.py; do m=$$(basename $$b .py); echo "== bench.$$m"; $(PY) -m bench.$$m || exit 1; done
 
 demo: venv kafka-jars
 	$(BIN)/streamapp demo

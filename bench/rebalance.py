@@ -13,7 +13,7 @@ Changelog records replayed and seconds to resume come from each worker's
 ``/streamapp/assignment`` view (Faust's recovery, measured the same way under either assignor):
 records summed over every rebalance of the step, seconds the longest pause of any worker.
 
-Run: ``make bench`` or ``.venv/bin/python bench/rebalance.py [--keys N] [--exactly-once]``
+Run: ``make bench`` or ``.venv/bin/python -m bench.rebalance [--keys N] [--exactly-once]``
 (``--exactly-once``: the app under ``processing_guarantee="exactly_once"``).
 """
 
@@ -23,7 +23,6 @@ import argparse
 import asyncio
 import os
 import signal
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -31,16 +30,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO_ROOT))
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
 
-from aiokafka import AIOKafkaConsumer, TopicPartition  # noqa: E402
-from aiokafka.admin import AIOKafkaAdminClient  # noqa: E402
-
-from streamapp.kafka import LocalKafka  # noqa: E402
-from streamapp.kafka.probe import free_port  # noqa: E402
-from tests.integration.apps.rebalance_io import create_topic, produce  # noqa: E402
-from tests.integration.workers import WorkerProcess  # noqa: E402
+from streamapp.kafka import LocalKafka
+from streamapp.kafka.probe import free_port
+from streamapp.testing.kafka_io import create_topic, produce
+from streamapp.testing.worker import WorkerProcess
 
 APP = "tests.integration.apps.rebalance:app"
 PARTITIONS = 12

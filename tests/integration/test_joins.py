@@ -32,8 +32,9 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from streamapp.joins import JoinWindow, Side
 from streamapp.joins.core import ExpiryIndex
+from streamapp.testing.worker import WorkerProcess
 
-from .workers import WorkerProcess, wait_for_workers
+from .workers import wait_for_workers
 
 APP = "tests.integration.apps.joins:app"
 PARTITIONS = 4

@@ -23,7 +23,9 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic, RecordsToDelete
 from aiokafka.errors import KafkaError
 
-from .apps.rebalance_io import create_topic
+from streamapp.testing.kafka_io import create_topic
+from streamapp.testing.worker import WorkerProcess
+
 from .apps.recovery_end import (
     APP_ID_ENV,
     GUARANTEE_ENV,
@@ -32,7 +34,6 @@ from .apps.recovery_end import (
     changelog_topic,
     source_topic,
 )
-from .workers import WorkerProcess
 
 APP = "tests.integration.apps.recovery_end:app"
 #: Faust's fallback, logged when an idle replay is ended by its timeouts (tables/recovery.py).
