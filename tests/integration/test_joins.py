@@ -28,10 +28,10 @@ from typing import Any
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from streamapp.joins import JoinWindow, Side
 from streamapp.joins.core import ExpiryIndex
+from streamapp.testing.kafka_io import create_topics
 from streamapp.testing.worker import WorkerProcess
 
 from .workers import wait_for_workers
@@ -54,7 +54,7 @@ def resumed(worker: WorkerProcess, topic: str) -> bool:
     )
 
 
-def settled(workers: dict[str, Worker], topic: str) -> bool:
+def settled(workers: dict[str, WorkerProcess], topic: str) -> bool:
     held = sorted(
         p
         for w in workers.values()
@@ -67,31 +67,8 @@ def env(app_id: str, **extra: str) -> dict[str, str]:
     return {"JOINIT_APP_ID": app_id, "JOINIT_PARTITIONS": str(PARTITIONS), **extra}
 
 
-class Worker(WorkerProcess):
-    def __init__(self, bootstrap: str, data_dir: Path, environ: dict[str, str]) -> None:
-        super().__init__(APP, bootstrap, data_dir)
-        self.environ = environ
-
-    def start(self) -> Worker:
-        import os
-
-        saved = dict(os.environ)
-        os.environ.update(self.environ)
-        try:
-            super().start()
-        finally:
-            os.environ.clear()
-            os.environ.update(saved)
-        return self
-
-
-async def create_topics(bootstrap: str, topics: dict[str, int]) -> None:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        await admin.create_topics([NewTopic(t, n, 1) for t, n in topics.items()])
-    finally:
-        await admin.close()
+def worker(bootstrap: str, data_dir: Path, environ: dict[str, str]) -> WorkerProcess:
+    return WorkerProcess(APP, bootstrap, data_dir, env=environ)
 
 
 class Produced:
@@ -239,7 +216,7 @@ def test_windowed_left_join_survives_sigkill(
 ) -> None:
     environ = env(join_topics["app_id"], JOINIT_KIND="left")
     topics = {Side.LEFT: join_topics["orders"], Side.RIGHT: join_topics["payments"]}
-    workers = {name: Worker(kafka_bootstrap, tmp_path / name, {**environ}) for name in ("a", "b")}
+    workers = {name: worker(kafka_bootstrap, tmp_path / name, {**environ}) for name in ("a", "b")}
     produced = Produced()
     first, second = dataset()
     try:
@@ -361,7 +338,7 @@ def test_stream_table_join_survives_sigkill(
         )
     )
     environ = env(app_id, JOINIT_TABLE_JOIN="1", JOINIT_GLOBAL="1" if global_table else "0")
-    workers = {name: Worker(kafka_bootstrap, tmp_path / name, environ) for name in ("a", "b")}
+    workers = {name: worker(kafka_bootstrap, tmp_path / name, environ) for name in ("a", "b")}
     names = {f"c{i}": f"customer {i}" for i in range(100)}
     try:
         for worker in workers.values():
