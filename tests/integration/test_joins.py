@@ -67,7 +67,7 @@ def env(app_id: str, **extra: str) -> dict[str, str]:
     return {"JOINIT_APP_ID": app_id, "JOINIT_PARTITIONS": str(PARTITIONS), **extra}
 
 
-def worker(bootstrap: str, data_dir: Path, environ: dict[str, str]) -> WorkerProcess:
+def join_worker(bootstrap: str, data_dir: Path, environ: dict[str, str]) -> WorkerProcess:
     return WorkerProcess(APP, bootstrap, data_dir, env=environ)
 
 
@@ -216,7 +216,9 @@ def test_windowed_left_join_survives_sigkill(
 ) -> None:
     environ = env(join_topics["app_id"], JOINIT_KIND="left")
     topics = {Side.LEFT: join_topics["orders"], Side.RIGHT: join_topics["payments"]}
-    workers = {name: worker(kafka_bootstrap, tmp_path / name, {**environ}) for name in ("a", "b")}
+    workers = {
+        name: join_worker(kafka_bootstrap, tmp_path / name, {**environ}) for name in ("a", "b")
+    }
     produced = Produced()
     first, second = dataset()
     try:
@@ -338,7 +340,7 @@ def test_stream_table_join_survives_sigkill(
         )
     )
     environ = env(app_id, JOINIT_TABLE_JOIN="1", JOINIT_GLOBAL="1" if global_table else "0")
-    workers = {name: worker(kafka_bootstrap, tmp_path / name, environ) for name in ("a", "b")}
+    workers = {name: join_worker(kafka_bootstrap, tmp_path / name, environ) for name in ("a", "b")}
     names = {f"c{i}": f"customer {i}" for i in range(100)}
     try:
         for worker in workers.values():
