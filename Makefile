@@ -3,16 +3,17 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 PY := $(BIN)/python
-EXTRAS ?= test,dev,spark
+EXTRAS ?= test,dev,spark,docs
 STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 comma := ,
 
-.PHONY: help venv kafka-jars lint typecheck unit integration test bench demo clean
+.PHONY: help venv kafka-jars lint typecheck docs unit integration test bench demo clean
 
 help:
-	@echo "make test        lint, typecheck, unit and integration tests (starts its own Kafka broker)"
+	@echo "make test        lint, typecheck, docs, unit and integration tests (starts its own Kafka broker)"
 	@echo "make lint        ruff check + ruff format --check"
 	@echo "make typecheck   mypy (strict on assignor/)"
+	@echo "make docs        the documentation site, mkdocs build --strict into build/site/"
 	@echo "make unit        unit tests only (no broker)"
 	@echo "make integration integration tests only (real Kafka broker)"
 	@echo "make bench       benchmarks against the peers, printed as tables with ratios"
@@ -40,13 +41,19 @@ lint: venv
 typecheck: venv
 	$(BIN)/mypy streamapp assignor tables standby
 
+# The documentation site (mkdocs.yml): --strict fails on a broken link or anchor, a missing
+# snippet, or a page under docs/ left out of the nav. No -q: it would hide the warnings that
+# --strict turns into failures. NO_MKDOCS_2_WARNING silences Material's end-of-life banner.
+docs: venv
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
 unit: venv
 	$(BIN)/pytest -q tests/unit
 
 integration: venv kafka-jars
 	$(BIN)/pytest -q tests/integration
 
-test: lint typecheck unit integration
+test: lint typecheck docs unit integration
 
 bench: venv kafka-jars
 	@for b in bench/*.py; do m=$$(basename $$b .py); echo "== bench.$$m"; $(PY) -m bench.$$m || exit 1; done
