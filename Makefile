@@ -4,8 +4,8 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PY := $(BIN)/python
 EXTRAS ?= test,dev,spark,docs
-STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 comma := ,
+STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 
 .PHONY: help venv kafka-jars lint typecheck docs unit integration test bench demo clean
 
