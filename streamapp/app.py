@@ -39,6 +39,8 @@ class App(FaustApp):
     ``bad_record_policy`` (``"skip"``, ``"dead-letter"`` or ``"fail"``) says what a record
     that cannot be decoded, or whose processing raises, does; dead letters go to
     ``dead_letter_topic``, by default ``<id>-dead-letters`` (see `streamapp.bad_records`).
+    ``static_membership`` (on by default) makes each worker a static member of the group, its
+    ``group.instance.id`` its client id (see `streamapp.faust_compat.static_membership`).
     """
 
     streamapp_settings: StreamappSettings
@@ -59,6 +61,7 @@ class App(FaustApp):
         client_id: str | None = None,
         host: str | None = None,
         rack: str | None = None,
+        static_membership: bool | None = None,
         **options: Any,
     ) -> None:
         # None is "not given": the default then comes from StreamappSettings, and a worker
@@ -75,6 +78,7 @@ class App(FaustApp):
             "client_id": client_id,
             "host": host,
             "rack": rack,
+            "static_membership": static_membership,
         }
         settings = resolve(self.streamapp_keywords)
         self.streamapp_settings = settings

@@ -6,8 +6,9 @@ recovery (`streamapp.faust_compat.recovery`), its app's producer start and trans
 (`streamapp.faust_compat.app`), its assignor's leader step (`streamapp.faust_compat.assignor`),
 and reads and writes of its internals for the rest of streamapp: the group coordinator, the
 assignment hand-over, its RocksDB store's open handles (`streamapp.faust_compat.access`); and
-aiokafka's group coordinator and producer (`coordinator`, `producer_wait`); Faust's table
-writes, encoded once (`encode_once`).
+aiokafka's group coordinator and producer (`coordinator`, `producer_wait`), and the group
+requests of a static member (`static_membership`); Faust's table writes, encoded once
+(`encode_once`).
 Every private name those rely on is listed in `PRIVATE_NAMES` below, and nowhere else in
 streamapp is one named (a unit test reads every module for them).
 
@@ -67,7 +68,7 @@ PRIVATE_NAMES: dict[str, tuple[str, ...]] = {
         "_partition_assignment_strategy",  # read by start() to build the coordinator
         "_subscription",
         "_coordinator",
-        "_client",
+        "_client",  # static_membership wraps its send and close
     ),
     "faust.app.base:App": ("_new_transport", "_consumer"),
     "aiokafka.consumer.group_coordinator:CoordinatorGroupRebalance": (

@@ -81,6 +81,7 @@ from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP, Message
 from faust.types.transports import TPorTopicSet
 
+from streamapp.faust_compat import static_membership
 from streamapp.hand_out import HandOutLedger
 
 #: True in the task of Faust's fetch loop (set by `Consumer.getmany`); a context variable, so
@@ -95,6 +96,9 @@ class ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
             self._assignor = self.app.assignor
             # aiokafka 0.14 reads this in start() to build its GroupCoordinator.
             consumer._partition_assignment_strategy = [self._assignor]
+        instance_id = self.app.conf.consumer_group_instance_id
+        if instance_id is not None:  # a static member: it leaves on a stop, stops once fenced
+            static_membership.install(consumer, self.app.conf.id, instance_id)
         return consumer
 
     async def seek_to_committed(self) -> Mapping[TP, int]:
