@@ -7,7 +7,7 @@ EXTRAS ?= test,dev,spark,docs
 comma := ,
 STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 
-.PHONY: help venv kafka-jars lint typecheck docs unit integration test bench demo clean
+.PHONY: help venv kafka-jars browser lint typecheck docs unit integration test bench demo clean
 
 help:
 	@echo "make test        lint, typecheck, docs, unit and integration tests (starts its own Kafka broker)"
@@ -50,7 +50,18 @@ docs: venv
 unit: venv
 	$(BIN)/pytest -q tests/unit
 
-integration: venv kafka-jars
+# Headless Chromium from Debian's packages, for the browser test of the worker's page
+# (tests/integration/test_web_page.py). Installed only when missing, and only as root; apt's
+# output goes to build/apt-chromium.log.
+browser:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" != 0 ]; then echo "chromium is missing: install Debian's chromium package (apt-get install chromium)"; exit 1; fi; \
+	  mkdir -p build; echo "installing Debian's chromium (log: build/apt-chromium.log)"; \
+	  { DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium \
+	    || { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; }; } \
+	    >build/apt-chromium.log 2>&1 || { tail -20 build/apt-chromium.log; exit 1; }; }
+
+integration: venv kafka-jars browser
 	$(BIN)/pytest -q tests/integration
 
 test: lint typecheck docs unit integration

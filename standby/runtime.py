@@ -95,12 +95,14 @@ class ReplicaRuntime:
         acceptable_recovery_lag: int,
         probing_interval_s: float,
         clock: Any = time.monotonic,
+        wall_clock: Any = time.time,
     ) -> None:
         self.app = app
         self.readiness = Readiness(acceptable_recovery_lag)
         self.followup = FollowupScheduler(probing_interval_s)
         self.meter = RecoveryMeter()
         self.clock = clock
+        self.wall_clock = wall_clock
         self.share: MemberAssignment | None = None
         self.replica_lag: dict[TP, int] = {}
         #: The changelog end offsets last seen for this worker's replicas (for the metadata).
@@ -168,6 +170,8 @@ class ReplicaRuntime:
             {
                 "generation": self.member()[1],
                 "plan_generation": share.generation if share else None,
+                # Wall-clock seconds (epoch) it resumed at, for the group page's history.
+                "at": round(self.wall_clock(), 3),
                 "active": by_topic(self.app.assignor.assigned_actives()),
                 "warmup": dict(share.warmup) if share else {},
                 **self.meter.last_rebalance_json(),
