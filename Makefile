@@ -51,7 +51,7 @@ unit: venv
 	$(BIN)/pytest -q tests/unit
 
 # Headless Chromium from Debian's packages, for the browser test of the worker's page
-# (tests/integration/test_web_page.py). Installed only when missing, and only as root; apt's
+# (tests/integration/test_group_page.py). Installed only when missing, and only as root; apt's
 # output goes to build/apt-chromium.log.
 browser:
 	@command -v chromium >/dev/null 2>&1 || { \
