@@ -132,6 +132,19 @@ def results(bootstrap: str, topic: str) -> list[tuple[str, int, int]]:
     ]
 
 
+def describe_missing(
+    want: set[tuple[str, int, int]], got: list[tuple[str, int, int]], placed: Sequence[Placed]
+) -> str:
+    """The first missing results, what came out for those windows instead, and their records."""
+    missing = sorted(want - set(got))[:5]
+    lines = [f"{len(want - set(got))} missing of {len(want)}"]
+    for key, start, value in missing:
+        instead = [v for k, s, v in got if (k, s) == (key, start)]
+        records = [(c, ts, p, o) for k, c, ts, _n, p, o in placed if k == key and ts >= start]
+        lines.append(f"{key}@{start}={value}: got {instead}; records {records[:4]}")
+    return "\n".join(lines)
+
+
 def dataset() -> tuple[list[Click], list[Click]]:
     """Clicks of USERS users over ~30 s of event time, some out of order within the grace."""
     first: list[Click] = []
@@ -225,8 +238,8 @@ def test_windowed_aggregates_exact_across_sigkill(
                 f"every {topic} window",
                 lambda t=topic, w=want: set(results(kafka_bootstrap, f"{app_id}-{t}")) >= w,
                 timeout=180,
-                details=lambda t=topic, w=want: (
-                    f"missing: {sorted(w - set(results(kafka_bootstrap, f'{app_id}-{t}')))[:10]}"
+                details=lambda t=topic, w=want: describe_missing(
+                    w, results(kafka_bootstrap, f"{app_id}-{t}"), placed
                 ),
             )
         time.sleep(3.0)  # anything that should not be there has had time to come out
