@@ -98,8 +98,9 @@ class App(FaustApp):
         # Records that do not decode, or make an agent raise, meet bad_record_policy.
         options.setdefault("Topic", "streamapp.bad_records:Topic")
         options.setdefault("Agent", "streamapp.bad_records:Agent")
-        # A table write encodes its key and value once, for the changelog and the store alike.
-        options.setdefault("Table", "streamapp.faust_compat.encode_once:Table")
+        # A table write encodes its key and value once, for the changelog and the store alike,
+        # and a windowed table's recovered windows expire (faust-streaming/faust #385).
+        options.setdefault("Table", "streamapp.faust_compat.window_expiry:Table")
         # Disabled log levels cost nothing once the worker runs (see streamapp.faust_worker).
         options.setdefault("Worker", "streamapp.faust_worker:Worker")
         super().__init__(id, **options)
