@@ -212,14 +212,21 @@ class StaticMember:
         if api_key == JOIN_GROUP and response.error_code == 0:
             self.member_id = response.member_id
             self.coordinator_id = node_id
-        if response.error_code == FENCED_INSTANCE_ID and not self.fenced:
-            self.fenced = True
-            self.on_fenced(
-                f"fenced: another worker joined group {self.group_id!r} as group.instance.id "
-                f"{self.instance_id!r} (this worker's client id) and took its place, so this "
-                "worker stopped; give each worker its own --client-id (two data dirs were given "
-                "the same one?)"
-            )
+        if response.error_code == FENCED_INSTANCE_ID:
+            if not self.fenced:
+                self.fenced = True
+                self.on_fenced(
+                    f"fenced: another worker joined group {self.group_id!r} as group.instance.id "
+                    f"{self.instance_id!r} (this worker's client id) and took its place, so this "
+                    "worker stopped; give each worker its own --client-id (two data dirs were "
+                    "given the same one?)"
+                )
+            if isinstance(request, StaticHeartbeatRequest):
+                # The worker is stopping already (on_fenced). Handed on, the answer is an
+                # UnknownError to aiokafka's heartbeat task, which crashes the consumer thread
+                # under the stop, and mode then logs a traceback stopping the crashed thread.
+                # Until the stop is through, the heartbeat is told nothing is wrong.
+                response.error_code = 0
         return response
 
     async def leave(self) -> None:

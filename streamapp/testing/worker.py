@@ -64,8 +64,9 @@ class WorkerProcess:
             ),
         }
         with self.log_path.open("ab") as log:
-            log.write(f"=== start {self.starts + 1} of {self.name} ===\n".encode())
-            log.flush()
+            if self.starts:  # a restart: the log goes on, marked (a first start's is the worker's)
+                log.write(f"\n=== start {self.starts + 1} of {self.name} ===\n".encode())
+                log.flush()
             self.process = subprocess.Popen(
                 [
                     sys.executable,
