@@ -484,11 +484,23 @@ def run_worker(args: argparse.Namespace) -> int:
         message = " ".join(str(exc).split())  # one line, whatever a cause's text held
         print(f"streamapp worker: {message}", file=sys.stderr)
         return 2
-    from faust.cli.faust import cli as faust_cli
+    import warnings
 
+    from faust.cli.faust import cli as faust_cli
+    from faust.exceptions import AlreadyConfiguredWarning
+
+    # Faust's worker command sets the web options it was given after the app has read them,
+    # and warns about its own doing (22 lines); the options still take effect.
+    warnings.filterwarnings(
+        "ignore",
+        message=r"Setting new value for configuration key 'web_(enabled|port|bind|host)'",
+        category=AlreadyConfiguredWarning,
+    )
+    # Faust's ``--quiet`` leaves out its banner table (the worker logs one line instead, see
+    # streamapp.faust_worker) and the spinner's words; logging is not affected.
     # Faust spells the level "warn"; ours follows Python's logging names.
     loglevel = "warn" if args.loglevel == "warning" else args.loglevel
-    faust_args = ["-A", args.app, "worker", "-l", loglevel, "--web-host", args.web_host]
+    faust_args = ["--quiet", "-A", args.app, "worker", "-l", loglevel, "--web-host", args.web_host]
     if args.web_port is not None:
         faust_args += ["--web-port", str(args.web_port)]
     status = 0
