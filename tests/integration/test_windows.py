@@ -383,7 +383,7 @@ def test_faust_windowed_table_expires_after_recovery(
         build_windows(worker, kafka_bootstrap, app_id, placed)
         wait_for_workers(workers, "the windows", lambda: faust_windows() == users, timeout=120)
         worker.stop()
-        worker.environ = {**environ, "WINIT_CLEANUP_S": "1"}
+        worker.env = {**environ, "WINIT_CLEANUP_S": "1"}
         worker.start()
         wait_for_workers(workers, "the restart", lambda: settled(workers, clicks), timeout=180)
         assert faust_windows() == users  # recovered

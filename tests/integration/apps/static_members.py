@@ -26,6 +26,7 @@ app = App(
     broker_session_timeout=30.0,
     broker_heartbeat_interval=1.0,
     broker_commit_interval=1.0,
+    static_membership=True,
 )
 events = app.topic(
     TOPIC,
