@@ -150,18 +150,9 @@ class WindowedAggregate(Generic[V, A]):
         arrival = self.processor.process(message.partition, key, message.offset, time_ms, value)
         if arrival.outcome is Outcome.LATE:
             if self.dead_letter_topic is not None:
-                headers = [
-                    ("aggregate", self.name.encode()),
-                    ("reason", b"late"),
-                    ("source-topic", message.topic.encode()),
-                    ("source-partition", str(message.partition).encode()),
-                    ("source-offset", str(message.offset).encode()),
-                    ("event-time-ms", str(time_ms).encode()),
-                ]
-                delivered = await _io.send_raw(
-                    self.app, message, self.dead_letter_topic, message.key, message.value, headers
+                await _io.dead_letter_late(
+                    self.app, message, self.dead_letter_topic, ("aggregate", self.name), time_ms
                 )
-                await delivered  # before the record counts as handled (see core)
             self.processor.count_late(message.partition, message.offset)
         expiry = self.processor.plan_expiry(message.partition)
         if not expiry.empty:

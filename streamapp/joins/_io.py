@@ -12,7 +12,9 @@ import base64
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from faust.types import AppT, TopicT
+from faust.types import TP, AppT, TopicT
+
+from streamapp.faust_compat import access
 
 Headers = Sequence[tuple[str, bytes]]
 
@@ -76,8 +78,7 @@ async def send_raw(
     """
     hdrs = list(headers) if headers else None
     if app.in_transaction:
-        group = app.assignor.group_for_topic(source.topic)
-        transactional_id = f"{app.conf.id}-{group}-{source.partition}"
+        transactional_id = access.transactional_id(app, TP(source.topic, source.partition))
         producer = app.consumer.transactions.producer
         sent: Awaitable[Any] = await producer.send(
             topic, key, value, None, None, hdrs, transactional_id=transactional_id
@@ -86,6 +87,24 @@ async def send_raw(
     producer = await app.maybe_start_producer()
     sent = await producer.send(topic, key, value, None, None, hdrs)
     return sent
+
+
+async def dead_letter_late(
+    app: AppT, message: Any, topic: str, owner: tuple[str, str], time_ms: int
+) -> None:
+    """Send a late record's bytes to ``topic``, headers saying why, and wait until delivered
+    (before the record counts as handled). ``owner``: (``"join"`` or ``"aggregate"``, name)."""
+    kind, name = owner
+    headers = [
+        (kind, name.encode()),
+        ("reason", b"late"),
+        ("source-topic", message.topic.encode()),
+        ("source-partition", str(message.partition).encode()),
+        ("source-offset", str(message.offset).encode()),
+        ("event-time-ms", str(time_ms).encode()),
+    ]
+    delivered = await send_raw(app, message, topic, message.key, message.value, headers)
+    await delivered
 
 
 async def flush_before_forgetting(app: AppT) -> None:

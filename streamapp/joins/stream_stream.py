@@ -157,18 +157,9 @@ class WindowedJoin(Generic[L, R]):
         arrival: Arrival = self.processor.process(side, message.partition, key, entry)
         if arrival.outcome is Outcome.LATE:
             if self.dead_letter_topic is not None:
-                headers = [
-                    ("join", self.name.encode()),
-                    ("reason", b"late"),
-                    ("source-topic", message.topic.encode()),
-                    ("source-partition", str(message.partition).encode()),
-                    ("source-offset", str(message.offset).encode()),
-                    ("event-time-ms", str(time_ms).encode()),
-                ]
-                delivered = await _io.send_raw(
-                    self.app, message, self.dead_letter_topic, message.key, message.value, headers
+                await _io.dead_letter_late(
+                    self.app, message, self.dead_letter_topic, ("join", self.name), time_ms
                 )
-                await delivered  # before the record counts as handled (see JoinProcessor)
             self.processor.count_late(side, message.partition, message.offset)
         for pair in arrival.pairs:
             await self._emit(message, pair)
