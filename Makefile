@@ -6,15 +6,18 @@ PY := $(BIN)/python
 EXTRAS ?= test,dev,spark
 STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 comma := ,
+# `make integration` runs the suite once per Kafka release here: the default (4.4.0), then the
+# last 3.x, since users run both. `make integration KAFKA_VERSIONS=4.4.0` runs one.
+KAFKA_VERSIONS ?= 4.4.0 3.9.1
 
 .PHONY: help venv kafka-jars lint typecheck unit integration test bench demo clean
 
 help:
-	@echo "make test        lint, typecheck, unit and integration tests (starts its own Kafka broker)"
+	@echo "make test        lint, typecheck, unit and integration tests (starts its own Kafka brokers)"
 	@echo "make lint        ruff check + ruff format --check"
 	@echo "make typecheck   mypy (strict on assignor/)"
 	@echo "make unit        unit tests only (no broker)"
-	@echo "make integration integration tests only (real Kafka broker)"
+	@echo "make integration integration tests only (real Kafka broker, on each of $(KAFKA_VERSIONS))"
 	@echo "make bench       benchmarks against the peers, printed as tables with ratios"
 	@echo "make demo        the ad-click demo (same as 'streamapp demo')"
 
@@ -29,7 +32,8 @@ $(STAMP): pyproject.toml | $(PY)
 
 venv: $(STAMP)
 
-# Resolves the pinned Kafka release through Maven Central into ~/.cache/streamapp (first run only).
+# Resolves the Kafka release (4.4.0, or $$STREAMAPP_KAFKA_VERSION) through Maven Central into
+# ~/.cache/streamapp (first run only).
 kafka-jars: venv
 	$(BIN)/streamapp kafka fetch
 
@@ -43,8 +47,14 @@ typecheck: venv
 unit: venv
 	$(BIN)/pytest -q tests/unit
 
-integration: venv kafka-jars
-	$(BIN)/pytest -q tests/integration
+# One pytest run per release, each with its own broker (the session fixture starts the release
+# STREAMAPP_KAFKA_VERSION names); the first failing release stops the target.
+integration: venv
+	@for version in $(KAFKA_VERSIONS); do \
+		$(BIN)/streamapp kafka fetch --kafka-version $$version || exit 1; \
+		echo "== integration tests on Kafka $$version"; \
+		STREAMAPP_KAFKA_VERSION=$$version $(BIN)/pytest -q tests/integration || exit 1; \
+	done
 
 test: lint typecheck unit integration
 
