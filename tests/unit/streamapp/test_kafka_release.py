@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -12,11 +13,13 @@ from streamapp.kafka.broker import BrokerError, LocalKafka, _log4j2_properties, 
 from streamapp.kafka.release import (
     DEFAULT_KAFKA_VERSION,
     KAFKA_VERSION_ENV,
+    TESTED_KAFKA_VERSIONS,
     KafkaVersionError,
     _pom,
     jars_dir,
     kafka_release,
 )
+from tests.paths import REPO_ROOT
 
 
 @pytest.fixture(autouse=True)
@@ -107,3 +110,12 @@ def test_a_registry_entry_without_a_version_was_written_by_the_3_9_1_pin(tmp_pat
     )
     state = _read_state(7)
     assert state is not None and state.kafka_version == "3.9.1"
+
+
+def test_make_integration_runs_on_every_tested_release_default_first() -> None:
+    # The Makefile cannot import the package before the venv exists, so it names them itself.
+    makefile = (REPO_ROOT / "Makefile").read_text()
+    match = re.search(r"^KAFKA_VERSIONS \?= (.+)$", makefile, re.MULTILINE)
+    assert match is not None
+    assert tuple(match[1].split()) == TESTED_KAFKA_VERSIONS
+    assert TESTED_KAFKA_VERSIONS[0] == DEFAULT_KAFKA_VERSION
