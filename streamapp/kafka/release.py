@@ -3,8 +3,8 @@
 Kafka 4.4.0 is the default: new clusters are 4.x, so that is what development, the tests and
 the demo run against. aiokafka 0.14 negotiates request versions through ApiVersions and sends
 none of those Kafka 4.0 removed (KIP-896), which the integration suite checks on a real 4.x
-broker. 3.9.1 (the last 3.x release) is kept selectable, and CI runs the integration suite on
-it too, for the clusters that still run 3.x.
+broker. 3.9.1 (the last 3.x release) is kept selectable, and CI runs the broker- and
+protocol-sensitive integration modules on it too, for the clusters that still run 3.x.
 
 The version is chosen by ``--kafka-version`` (``streamapp kafka fetch/start``, ``streamapp
 demo``), else by ``STREAMAPP_KAFKA_VERSION``, else the default.
@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 DEFAULT_KAFKA_VERSION = "4.4.0"
-#: The releases the integration suite runs against (``make test`` runs it on both).
+#: The releases `make integration` runs on: the whole suite on the first (the default), the
+#: broker- and protocol-sensitive modules on the others.
 TESTED_KAFKA_VERSIONS = ("4.4.0", "3.9.1")
 KAFKA_VERSION_ENV = "STREAMAPP_KAFKA_VERSION"
 SCALA_VERSION = "2.13"

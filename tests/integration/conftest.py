@@ -2,8 +2,8 @@
 
 Integration tests never skip for lack of a broker: this fixture starts one, from the jars
 `streamapp kafka fetch` resolves, and fails loudly if it cannot. Its release is the default
-(4.4.0) unless ``STREAMAPP_KAFKA_VERSION`` picks another: `make integration` runs the suite
-once per tested release.
+(4.4.0) unless ``STREAMAPP_KAFKA_VERSION`` picks another: `make integration` runs the suite on
+4.4.0, then the broker- and protocol-sensitive modules on 3.9.1.
 """
 
 from __future__ import annotations
