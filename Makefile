@@ -3,9 +3,9 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 PY := $(BIN)/python
-EXTRAS ?= test,dev,spark
-STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
+EXTRAS ?= test,dev,spark,docs
 comma := ,
+STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 # `make integration` runs the whole suite on the first Kafka release (the default, 4.4.0), then
 # KAFKA_SUBSET (the broker- and protocol-sensitive modules) on each other one (3.9.1, the last
 # 3.x): the whole suite twice would take 25 to 45 minutes of CI's 90 on 2 busy cores.
@@ -14,12 +14,13 @@ KAFKA_VERSIONS ?= 4.4.0 3.9.1
 KAFKA_SUBSET ?= $(addprefix tests/integration/,test_kafka_broker.py test_worker_rebalance.py \
 	test_recovery_end.py test_strategies_kafka.py test_join_group_errors.py)
 
-.PHONY: help venv kafka-jars lint typecheck unit integration test bench demo clean
+.PHONY: help venv kafka-jars browser lint typecheck docs unit integration test bench demo clean
 
 help:
-	@echo "make test        lint, typecheck, unit and integration tests (starts its own Kafka brokers)"
+	@echo "make test        lint, typecheck, docs, unit and integration tests (starts its own Kafka brokers)"
 	@echo "make lint        ruff check + ruff format --check"
 	@echo "make typecheck   mypy (strict on assignor/)"
+	@echo "make docs        the documentation site, mkdocs build --strict into build/site/"
 	@echo "make unit        unit tests only (no broker)"
 	@echo "make integration integration tests only (real Kafka brokers: $(KAFKA_VERSIONS))"
 	@echo "make bench       benchmarks against the peers, printed as tables with ratios"
@@ -48,12 +49,29 @@ lint: venv
 typecheck: venv
 	$(BIN)/mypy streamapp assignor tables standby
 
+# The documentation site (mkdocs.yml): --strict fails on a broken link or anchor, a missing
+# snippet, or a page under docs/ left out of the nav. No -q: it would hide the warnings that
+# --strict turns into failures. NO_MKDOCS_2_WARNING silences Material's end-of-life banner.
+docs: venv
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
 unit: venv
 	$(BIN)/pytest -q tests/unit
 
+# Headless Chromium from Debian's packages, for the browser test of the worker's page
+# (tests/integration/test_group_page.py). Installed only when missing, and only as root; apt's
+# output goes to build/apt-chromium.log.
+browser:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" != 0 ]; then echo "chromium is missing: install Debian's chromium package (apt-get install chromium)"; exit 1; fi; \
+	  mkdir -p build; echo "installing Debian's chromium (log: build/apt-chromium.log)"; \
+	  { DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium \
+	    || { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; }; } \
+	    >build/apt-chromium.log 2>&1 || { tail -20 build/apt-chromium.log; exit 1; }; }
+
 # One pytest run per release, each with its own broker (the session fixture starts the release
 # STREAMAPP_KAFKA_VERSION names); the first failing release stops the target.
-integration: venv
+integration: venv browser
 	@tests=tests/integration; for version in $(KAFKA_VERSIONS); do \
 		$(BIN)/streamapp kafka fetch --kafka-version $$version || exit 1; \
 		echo "== integration tests on Kafka $$version: $$tests"; \
@@ -61,10 +79,10 @@ integration: venv
 		tests="$(KAFKA_SUBSET)"; \
 	done
 
-test: lint typecheck unit integration
+test: lint typecheck docs unit integration
 
 bench: venv kafka-jars
-	@for b in bench/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+	@for b in bench/*.py; do m=$$(basename $$b .py); echo "== bench.$$m"; $(PY) -m bench.$$m || exit 1; done
 
 demo: venv kafka-jars
 	$(BIN)/streamapp demo

@@ -1,6 +1,6 @@
 """Ad-click join: streamapp (3 workers) vs Spark Structured Streaming, same topics, same data.
 
-    .venv/bin/python bench/adclick.py [--events 20000] [--latency-events 3000] [--rate 300]
+    .venv/bin/python -m bench.adclick [--events 20000] [--latency-events 3000] [--rate 300]
 
 One run, one local broker. Each engine in turn, on the same input topics (Spark
 starts at the offsets where its phase begins) and with the same generated
@@ -32,17 +32,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
+from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from aiokafka import AIOKafkaConsumer, TopicPartition  # noqa: E402
-
-from examples.adclick import kafka_io  # noqa: E402
-from examples.adclick.cluster import Worker, stop_all, wait_until_assigned  # noqa: E402
-from examples.adclick.events import TrafficConfig  # noqa: E402
-from examples.adclick.generator import produce  # noqa: E402
-from examples.adclick.topology import Topology  # noqa: E402
+from examples.adclick import kafka_io
+from examples.adclick.cluster import Worker, stop_all, wait_until_assigned
+from examples.adclick.events import TrafficConfig
+from examples.adclick.generator import produce
+from examples.adclick.topology import Topology
 
 
 def say(line: str) -> None:
@@ -269,7 +265,7 @@ def table(results: list[EngineResult]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="bench/adclick.py")
+    parser = argparse.ArgumentParser(prog="python -m bench.adclick")
     parser.add_argument("--events", type=int, default=20_000, help="throughput phase records")
     parser.add_argument("--latency-events", type=int, default=3_000)
     parser.add_argument("--rate", type=float, default=300.0, help="latency phase records/s")

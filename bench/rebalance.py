@@ -5,6 +5,11 @@ Each run starts its own broker, three `streamapp worker` processes of
 value of every key) and loads TABLE_KEYS keys. Then, measured:
 
 - crash: ``kill -9`` one worker; the others take over (the crashed one then comes back, unmeasured);
+- kill -9 + restart: ``kill -9`` one worker and restart it at once on its data dir. A static
+  member (streamapp's default, ``--no-static-membership`` turns it off) takes its place back
+  with no rebalance; a dynamic one rejoins under a new member id, and the rebalance its join
+  starts waits for the dead member's session (8 s in the app) to time out. Also measured: wall
+  seconds from the kill until the group has committed the events written right after it;
 - rolling restart: each worker in turn stops, events arrive while it is away, it restarts on its
   data dir;
 - scale-out: a fourth worker joins (for streamapp, until after its follow-up rebalance).
@@ -13,8 +18,10 @@ Changelog records replayed and seconds to resume come from each worker's
 ``/streamapp/assignment`` view (Faust's recovery, measured the same way under either assignor):
 records summed over every rebalance of the step, seconds the longest pause of any worker.
 
-Run: ``make bench`` or ``.venv/bin/python bench/rebalance.py [--keys N] [--exactly-once]``
-(``--exactly-once``: the app under ``processing_guarantee="exactly_once"``).
+Run: ``make bench`` or ``.venv/bin/python -m bench.rebalance [--keys N] [--exactly-once]
+[--no-static-membership] [--steps STEP,...]`` (``--exactly-once``: the app under
+``processing_guarantee="exactly_once"``; stock Faust always runs with dynamic members, as it
+does by itself).
 """
 
 from __future__ import annotations
@@ -23,7 +30,6 @@ import argparse
 import asyncio
 import os
 import signal
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -31,16 +37,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO_ROOT))
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
 
-from aiokafka import AIOKafkaConsumer, TopicPartition  # noqa: E402
-from aiokafka.admin import AIOKafkaAdminClient  # noqa: E402
-
-from streamapp.kafka import LocalKafka  # noqa: E402
-from streamapp.kafka.probe import free_port  # noqa: E402
-from tests.integration.apps.rebalance_io import create_topic, produce  # noqa: E402
-from tests.integration.workers import WorkerProcess  # noqa: E402
+from streamapp.kafka import LocalKafka
+from streamapp.kafka.probe import free_port
+from streamapp.testing.kafka_io import create_topic, produce
+from streamapp.testing.worker import WorkerProcess
 
 APP = "tests.integration.apps.rebalance:app"
 PARTITIONS = 12
@@ -52,7 +55,7 @@ ASSIGNORS = {
     "stock faust": "faust.assignor:PartitionAssignor",
     "streamapp": "",  # streamapp.App's own
 }
-STEPS = ("crash", "rolling restart", "scale-out")
+STEPS = ("crash", "kill -9 + restart", "rolling restart", "scale-out")
 
 
 @dataclass
@@ -60,6 +63,8 @@ class StepCost:
     records_replayed: int = 0
     seconds_to_resume: float = 0.0
     worst_partition: int = 0  # most records any one partition replayed in one rebalance
+    rebalances: int = 0  # assignments the workers resumed processing after, all together
+    wall_seconds: float = 0.0  # kill -9 + restart: from the kill to every event committed
 
 
 @dataclass
@@ -147,6 +152,7 @@ class Run:
                 )
                 for parts in entry["by_partition"].values():
                     cost.worst_partition = max(cost.worst_partition, *parts.values(), 0)
+            cost.rebalances += len(history) - self.seen[name]
             self.seen[name] = len(history)
         return cost
 
@@ -181,10 +187,19 @@ async def _all_consumed(bootstrap: str, group: str, topic: str) -> bool:
 
 
 def run_one(
-    label: str, assignor: str, bootstrap: str, root: Path, keys: int, guarantee: str
+    label: str,
+    assignor: str,
+    bootstrap: str,
+    root: Path,
+    keys: int,
+    guarantee: str,
+    *,
+    static: bool,
+    steps: tuple[str, ...] = STEPS,
 ) -> dict[str, Any]:
     app_id = "bench-" + label.replace(" ", "-")
     os.environ.update(
+        STREAMAPP_STATIC_MEMBERSHIP=str(static).lower(),
         REBALANCE_GUARANTEE=guarantee,
         REBALANCE_APP_ID=app_id,
         REBALANCE_ASSIGNOR=assignor,
@@ -206,17 +221,32 @@ def run_one(
         time.sleep(5)  # standbys finish replicating the load
         run.mark()
 
-        run.workers["w3"].stop(signal.SIGKILL)
-        del run.workers["w3"]
-        run.wait("the survivors to take over", run.settled)
-        results["crash"] = run.cost_since_mark()
-        run.start("w3")
-        run.wait("the crashed worker to come back", run.settled)
-        time.sleep(5)
-        run.mark()
+        if "crash" in steps:
+            run.workers["w3"].stop(signal.SIGKILL)
+            del run.workers["w3"]
+            run.wait("the survivors to take over", run.settled)
+            results["crash"] = run.cost_since_mark()
+            run.start("w3")
+            run.wait("the crashed worker to come back", run.settled)
+            time.sleep(5)
+            run.mark()
+
+        if "kill -9 + restart" in steps:
+            killed = time.monotonic()
+            run.workers["w3"].stop(signal.SIGKILL)
+            run.start("w3")  # at once, on its data dir (a new process: its history starts anew)
+            base = run.produced
+            run.produce(range(base, base + TAIL_EVENTS), lambda seq: f"key-{seq % keys}")
+            run.produced = base + TAIL_EVENTS
+            run.wait("the restarted worker back and every event committed", run.settled)
+            restart = run.cost_since_mark()
+            restart.wall_seconds = time.monotonic() - killed
+            results["kill -9 + restart"] = restart
+            time.sleep(5)
+            run.mark()
 
         rolling = StepCost()
-        for name in ("w1", "w2", "w3"):
+        for name in ("w1", "w2", "w3") if "rolling restart" in steps else ():
             run.workers[name].stop()
             run.workers.pop(name)
             run.wait(f"the others to cover for {name}", run.settled)
@@ -233,12 +263,13 @@ def run_one(
         time.sleep(5)
         run.mark()
 
-        run.start("w4")
-        run.wait(
-            "w4 to take its share",
-            lambda: run.settled() and bool(run.view("w4")["active"].get(run.topic)),
-        )
-        results["scale-out"] = run.cost_since_mark()
+        if "scale-out" in steps:
+            run.start("w4")
+            run.wait(
+                "w4 to take its share",
+                lambda: run.settled() and bool(run.view("w4")["active"].get(run.topic)),
+            )
+            results["scale-out"] = run.cost_since_mark()
         results["table errors"] = run.table_errors()
     finally:
         run.stop_all()
@@ -249,22 +280,39 @@ def _add(total: StepCost, more: StepCost) -> None:
     total.records_replayed += more.records_replayed
     total.seconds_to_resume = max(total.seconds_to_resume, more.seconds_to_resume)
     total.worst_partition = max(total.worst_partition, more.worst_partition)
+    total.rebalances += more.rebalances
 
 
-def _table(results: dict[str, dict[str, Any]], keys: int, guarantee: str) -> str:
+def _table(
+    results: dict[str, dict[str, Any]],
+    keys: int,
+    guarantee: str,
+    *,
+    static: bool,
+    steps: tuple[str, ...] = STEPS,
+) -> str:
     stock, ours = results["stock faust"], results["streamapp"]
     lines = [
         f"rebalance cost, {keys:,} keys, {PARTITIONS} partitions, 1 standby, "
-        f"acceptable_recovery_lag={ACCEPTABLE_LAG}, {guarantee}",
-        f"{'step':<16} {'stock replayed':>15} {'ours replayed':>14} {'ratio':>7} "
-        f"{'stock s':>8} {'ours s':>7} {'ours worst/partition':>21}",
+        f"acceptable_recovery_lag={ACCEPTABLE_LAG}, {guarantee}, streamapp "
+        f"{'static' if static else 'dynamic'} members (stock faust: dynamic)",
+        f"{'step':<18} {'stock replayed':>15} {'ours replayed':>14} {'ratio':>7} "
+        f"{'stock s':>8} {'ours s':>7} {'ours worst/partition':>21} "
+        f"{'stock rebal.':>12} {'ours rebal.':>11}",
     ]
-    for step in STEPS:
+    for step in steps:
         s, o = stock[step], ours[step]
         ratio = f"{o.records_replayed / s.records_replayed:.1%}" if s.records_replayed else "-"
         lines.append(
-            f"{step:<16} {s.records_replayed:>15,} {o.records_replayed:>14,} {ratio:>7} "
-            f"{s.seconds_to_resume:>8.1f} {o.seconds_to_resume:>7.1f} {o.worst_partition:>21,}"
+            f"{step:<18} {s.records_replayed:>15,} {o.records_replayed:>14,} {ratio:>7} "
+            f"{s.seconds_to_resume:>8.1f} {o.seconds_to_resume:>7.1f} {o.worst_partition:>21,} "
+            f"{s.rebalances:>12} {o.rebalances:>11}"
+        )
+    if "kill -9 + restart" in steps:
+        s, o = stock["kill -9 + restart"], ours["kill -9 + restart"]
+        lines.append(
+            f"kill -9 + restart, wall seconds from the kill to every event committed: "
+            f"stock {s.wall_seconds:.1f}, ours {o.wall_seconds:.1f}"
         )
     lines.append(
         f"table keys wrong or missing at the end: stock {stock['table errors']}, "
@@ -279,20 +327,46 @@ def main() -> int:
     parser.add_argument(
         "--exactly-once", action="store_true", help='processing_guarantee="exactly_once"'
     )
+    parser.add_argument(
+        "--static-membership",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="streamapp's workers join as static members (default: on, as streamapp's "
+        "default; stock Faust's always join as dynamic ones)",
+    )
+    parser.add_argument(
+        "--steps",
+        default=",".join(STEPS),
+        help=f"the steps to measure, comma-separated, in their order (default: {','.join(STEPS)})",
+    )
     args = parser.parse_args()
     guarantee = "exactly_once" if args.exactly_once else "at_least_once"
+    steps = tuple(step.strip() for step in args.steps.split(","))
+    unknown = set(steps) - set(STEPS)
+    if unknown:
+        parser.error(f"--steps: unknown {', '.join(sorted(unknown))} (steps: {', '.join(STEPS)})")
     with tempfile.TemporaryDirectory(prefix="bench-rebalance-") as tmp:
         root = Path(tmp)
         broker = LocalKafka(port=free_port(), data_dir=root / "kafka")
         broker.start()
         try:
             results = {
-                label: run_one(label, assignor, broker.bootstrap, root, args.keys, guarantee)
+                label: run_one(
+                    label,
+                    assignor,
+                    broker.bootstrap,
+                    root,
+                    args.keys,
+                    guarantee,
+                    # Stock Faust joins as a dynamic member unless the app sets an instance id.
+                    static=args.static_membership and label != "stock faust",
+                    steps=steps,
+                )
                 for label, assignor in ASSIGNORS.items()
             }
         finally:
             broker.stop()
-    print(_table(results, args.keys, guarantee))
+    print(_table(results, args.keys, guarantee, static=args.static_membership, steps=steps))
     return 0
 
 

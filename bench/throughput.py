@@ -1,6 +1,6 @@
 """Throughput of one stateful worker: streamapp, stock Faust and a plain aiokafka loop.
 
-    .venv/bin/python bench/throughput.py [--records 30000] [--keys 5000] [--partitions 6]
+    .venv/bin/python -m bench.throughput [--records 30000] [--keys 5000] [--partitions 6]
         [--guarantee at_least_once --guarantee exactly_once] [--loglevel warning]
         [--profile DIR] [--each-win]
 
@@ -42,15 +42,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+from streamapp.kafka import LocalKafka
+from streamapp.kafka.probe import free_port
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
-
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition  # noqa: E402
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic  # noqa: E402
-
-from streamapp.kafka import LocalKafka  # noqa: E402
-from streamapp.kafka.probe import free_port  # noqa: E402
 
 APP = "bench.apps.throughput_app:app"
 ENGINES = ("streamapp", "stock faust", "plain loop")

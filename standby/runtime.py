@@ -63,6 +63,28 @@ def _tps(tps: Mapping[str, Sequence[int]]) -> set[TP]:
     return {TP(topic, p) for topic, ps in tps.items() for p in ps}
 
 
+#: How the name of Faust's leader topic ends: one partition of machinery, not work.
+_LEADER_TOPIC_SUFFIX = "-__assignor-__leader"
+
+
+def _tasks_text(tps: Iterable[TP]) -> str:
+    """``"orders 0, 1; totals-changelog 2"``: partitions by topic, Faust's leader topic left out."""
+    parts = {t: ps for t, ps in by_topic(tps).items() if not t.endswith(_LEADER_TOPIC_SUFFIX)}
+    return "; ".join(f"{t} {', '.join(map(str, ps))}" for t, ps in sorted(parts.items())) or "-"
+
+
+def rebalanced_text(before: MemberAssignment | None, after: MemberAssignment) -> str:
+    """One line for a worker's log: what it holds after a rebalance and what moved in or out."""
+    held = _tps(before.active) if before is not None else set()
+    now = _tps(after.active)
+    return (
+        f"streamapp: rebalanced (plan generation {after.generation}): "
+        f"active {_tasks_text(now)} | standby {_tasks_text(_tps(after.standby))} | "
+        f"warmup {_tasks_text(_tps(after.warmup))} | "
+        f"moved in {_tasks_text(now - held)} | moved out {_tasks_text(held - now)}"
+    )
+
+
 def _warmup_lags_text(warmups: set[TP], lag: Mapping[TP, int], group_warmups: int) -> str:
     if not warmups:
         return f"the {group_warmups} warmup(s) of the group are on other workers"
@@ -95,13 +117,17 @@ class ReplicaRuntime:
         acceptable_recovery_lag: int,
         probing_interval_s: float,
         clock: Any = time.monotonic,
+        wall_clock: Any = time.time,
     ) -> None:
         self.app = app
         self.readiness = Readiness(acceptable_recovery_lag)
         self.followup = FollowupScheduler(probing_interval_s)
         self.meter = RecoveryMeter()
         self.clock = clock
+        self.wall_clock = wall_clock
         self.share: MemberAssignment | None = None
+        #: The share the last "rebalanced" line reported (what moved is measured from it).
+        self._logged_share: MemberAssignment | None = None
         self.replica_lag: dict[TP, int] = {}
         #: The changelog end offsets last seen for this worker's replicas (for the metadata).
         self.replica_ends: dict[TP, int] = {}
@@ -145,6 +171,11 @@ class ReplicaRuntime:
         }
         self.meter.on_assigned(self.clock(), self._start_next)
         self._active_progress.reset()
+        share = self.share
+        if share is not None and share is not self._logged_share:
+            # The share is the one Faust now applies (the assignor hands it over first).
+            logger.info(rebalanced_text(self._logged_share, share))
+            self._logged_share = share
 
     def on_revoked(self, *args: Any, **kwargs: Any) -> None:
         self.meter.on_revoked(self.clock())
@@ -168,6 +199,8 @@ class ReplicaRuntime:
             {
                 "generation": self.member()[1],
                 "plan_generation": share.generation if share else None,
+                # Wall-clock seconds (epoch) it resumed at, for the group page's history.
+                "at": round(self.wall_clock(), 3),
                 "active": by_topic(self.app.assignor.assigned_actives()),
                 "warmup": dict(share.warmup) if share else {},
                 **self.meter.last_rebalance_json(),

@@ -39,6 +39,8 @@ class App(FaustApp):
     ``bad_record_policy`` (``"skip"``, ``"dead-letter"`` or ``"fail"``) says what a record
     that cannot be decoded, or whose processing raises, does; dead letters go to
     ``dead_letter_topic``, by default ``<id>-dead-letters`` (see `streamapp.bad_records`).
+    ``static_membership`` (on by default) makes each worker a static member of the group, its
+    ``group.instance.id`` its client id (see `streamapp.faust_compat.static_membership`).
     """
 
     streamapp_settings: StreamappSettings
@@ -59,6 +61,7 @@ class App(FaustApp):
         client_id: str | None = None,
         host: str | None = None,
         rack: str | None = None,
+        static_membership: bool | None = None,
         **options: Any,
     ) -> None:
         # None is "not given": the default then comes from StreamappSettings, and a worker
@@ -75,6 +78,7 @@ class App(FaustApp):
             "client_id": client_id,
             "host": host,
             "rack": rack,
+            "static_membership": static_membership,
         }
         settings = resolve(self.streamapp_keywords)
         self.streamapp_settings = settings
@@ -94,13 +98,26 @@ class App(FaustApp):
         # Records that do not decode, or make an agent raise, meet bad_record_policy.
         options.setdefault("Topic", "streamapp.bad_records:Topic")
         options.setdefault("Agent", "streamapp.bad_records:Agent")
-        # A table write encodes its key and value once, for the changelog and the store alike.
-        options.setdefault("Table", "streamapp.faust_compat.encode_once:Table")
+        # A table write encodes its key and value once, for the changelog and the store alike,
+        # and a windowed table's recovered windows expire (faust-streaming/faust #385).
+        options.setdefault("Table", "streamapp.faust_compat.window_expiry:Table")
         # Disabled log levels cost nothing once the worker runs (see streamapp.faust_worker).
         options.setdefault("Worker", "streamapp.faust_worker:Worker")
         super().__init__(id, **options)
         self.streamapp_bad_records = BadRecords(self)
         assignment_wiring.install(self)
+
+    def GlobalTable(self, name: str, **kwargs: Any) -> Any:
+        """Faust's GlobalTable, whose changelog records are stored as they arrive, for good.
+
+        Every worker holds every partition of a global table, and any worker may write any of
+        them; the others' writes reach it through the changelog. Faust stores changelog
+        records of partitions it holds active in batches of ``recovery_buffer_size`` (1000 by
+        default) and stops reading them after recovery unless that size is 1 (its own advice
+        for global tables): with the default, a worker saw other workers' writes late or never.
+        """
+        kwargs.setdefault("recovery_buffer_size", 1)
+        return super().GlobalTable(name, **kwargs)
 
     async def on_first_start(self) -> None:
         await super().on_first_start()

@@ -31,12 +31,32 @@ def _kafka(args: argparse.Namespace) -> int:
         if args.action == "fetch":
             print(resolve_kafka_jars(broker.release))
         elif args.action == "start":
+            # One line on stderr per step (resolving the jars says so itself, first run only);
+            # stdout is the bootstrap address alone, for scripts.
+            running = broker_status(args.port)
+            if running is not None and running.kafka_version != broker.kafka_version:
+                broker.start()  # refuses, naming the release that runs there
+            if running is not None:
+                print(
+                    f"streamapp: Kafka {running.kafka_version} already runs on "
+                    f"{running.bootstrap} (pid {running.pid}, data in {running.data_dir})",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                print(running.bootstrap)
+                return 0
             print(
                 f"streamapp: starting Kafka {broker.kafka_version} (data in {broker.data_dir})",
                 file=sys.stderr,
                 flush=True,
             )
-            print(broker.start())
+            bootstrap = broker.start()
+            print(
+                f"streamapp: Kafka ready on {bootstrap} (its log: {broker.log_file})",
+                file=sys.stderr,
+                flush=True,
+            )
+            print(bootstrap)
         elif args.action == "stop":
             if broker.stop():
                 print(f"stopped the broker on {broker.bootstrap}")

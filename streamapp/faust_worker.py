@@ -16,6 +16,9 @@ showed before is still shown: the console handler filters at the chosen level ei
 the level given back is the one the logging configuration set (an app's own
 ``logging_config`` keeps its root level).
 
+It also installs `streamapp.quiet_logs`: Faust's, mode's and aiokafka's routine steps are
+logged at DEBUG, so the log at INFO says what a person needs.
+
 Only Faust's public worker hooks are overridden (``on_setup_root_logger``,
 ``on_startup_finished``, ``on_worker_shutdown``); no private name is touched.
 """
@@ -23,8 +26,13 @@ Only Faust's public worker hooks are overridden (``on_setup_root_logger``,
 from __future__ import annotations
 
 import logging
+import os
 
 import faust
+
+from streamapp import quiet_logs
+
+logger = logging.getLogger(__name__)
 
 
 class Worker(faust.Worker):
@@ -32,6 +40,7 @@ class Worker(faust.Worker):
     configured_root_level: int | None = None
 
     def on_setup_root_logger(self, logger: logging.Logger, level: int) -> None:
+        quiet_logs.install()
         configured = logger.level
         super().on_setup_root_logger(logger, level)
         if self.spinner is None or logger.level == configured:
@@ -39,6 +48,21 @@ class Worker(faust.Worker):
         self.configured_root_level = configured
         if not self._spinner_draws():
             logger.setLevel(configured)
+
+    async def on_first_start(self) -> None:
+        await super().on_first_start()
+        # In place of Faust's banner table (``streamapp worker`` runs Faust with --quiet).
+        conf = self.app.conf
+        web = f"http://{conf.web_host}:{conf.web_port}" if conf.web_enabled else "off"
+        logger.info(
+            "streamapp: worker of app %s (faust %s, pid %d), broker %s, web %s, data %s",
+            conf.id,
+            faust.__version__,
+            os.getpid(),
+            ",".join(str(url) for url in conf.broker),
+            web,
+            conf.appdir,
+        )
 
     async def on_startup_finished(self) -> None:
         await super().on_startup_finished()

@@ -232,6 +232,10 @@ def _partition_list(partitions: Sequence[int]) -> str:
     return ",".join(str(p) for p in partitions)
 
 
+#: How the name of Faust's leader topic ends (``<app id>-__assignor-__leader``).
+LEADER_TOPIC_SUFFIX = "-__assignor-__leader"
+
+
 def _share_lines(kind: str, tps: Mapping[str, Sequence[int]], lag: Offsets) -> list[str]:
     if not tps:
         return [f"  {kind:<8} -"]
@@ -269,7 +273,9 @@ def format_group(view: GroupView) -> str:
             lines.append(f"  unreadable: {m.unreadable}")
         share = m.assignment or MemberAssignment(generation=-1)
         lag = view.lag(m)
-        lines += _share_lines("active", share.active, {})
+        # Faust's one-partition leader topic is machinery, not work: the JSON keeps it.
+        work = {t: ps for t, ps in share.active.items() if not t.endswith(LEADER_TOPIC_SUFFIX)}
+        lines += _share_lines("active", work, {})
         lines += _share_lines("standby", share.standby, lag)
         lines += _share_lines("warmup", share.warmup, lag)
     return "\n".join(lines)

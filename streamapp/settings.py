@@ -49,6 +49,10 @@ class StreamappSettings:
     bad_record_policy: BadRecordPolicy = BadRecordPolicy.SKIP
     # The topic dead letters go to; None for "<app id>-dead-letters".
     dead_letter_topic: str | None = None
+    # On by default: a worker restarted on its data dir (a crash, a deploy) takes its place
+    # back at once instead of the group waiting out the old member's session timeout, and the
+    # id it joins under (its client id) is already unique per worker.
+    static_membership: bool = True
 
     def __post_init__(self) -> None:
         if not isinstance(self.bad_record_policy, BadRecordPolicy):
@@ -197,6 +201,14 @@ SETTINGS: tuple[Setting, ...] = (
         "where dead letters go",
         metavar="TOPIC",
         default_text="<app id>-dead-letters",
+    ),
+    Setting(
+        "static_membership",
+        boolean,
+        "join the group as a static member (KIP-345) whose group.instance.id is the client id: "
+        "a restart within the session timeout takes its partitions back without a rebalance, "
+        "a stop (Ctrl-C, SIGTERM) still hands them over at once; Faust's "
+        "consumer_group_instance_id, when the app sets it, is used instead",
     ),
 )
 

@@ -1,13 +1,17 @@
-"""The worker's views: ``GET /streamapp/assignment`` (what it holds) and ``GET /metrics``."""
+"""The worker's views: ``GET /streamapp/assignment`` (what it holds), ``GET /metrics``, and the
+group page ``GET /streamapp/`` with its data ``GET /streamapp/group`` (every worker's view)."""
 
 from __future__ import annotations
 
+from importlib import resources
 from typing import Any
 
 from faust.web import Request, Response, View
 
 from standby.runtime import ReplicaRuntime, by_topic
+from streamapp import group_fetch, group_page
 from streamapp.bad_records import bad_records_of
+from streamapp.faust_compat.access import assignor_url
 
 
 def assignment_view(app: Any) -> dict[str, Any]:
@@ -22,6 +26,7 @@ def assignment_view(app: Any) -> dict[str, Any]:
         lag.setdefault(tp.topic, {})[str(tp.partition)] = records
     return {
         "client_id": settings.client_id,
+        "url": assignor_url(app.assignor),
         "member_id": member_id,
         "generation": generation,
         "host": settings.host,
@@ -31,6 +36,7 @@ def assignment_view(app: Any) -> dict[str, Any]:
         "standby": dict(share.standby) if share else by_topic(app.assignor.assigned_standbys()),
         "warmup": dict(share.warmup) if share else {},
         "recovery": runtime.meter.as_json(),
+        "recovering": recovering(app),
         "rebalances": runtime.meter.rebalances,
         "plan_generation": share.generation if share else None,
         "followup_pending": runtime.followup.pending,
@@ -42,11 +48,43 @@ def assignment_view(app: Any) -> dict[str, Any]:
     }
 
 
+def recovering(app: Any) -> dict[str, Any]:
+    """Whether the actives are replaying their changelogs now, and what is left to replay."""
+    recovery = app.tables.recovery
+    if not recovery.in_recovery:
+        return {"in_recovery": False, "partitions_remaining": 0, "records_remaining": 0}
+    remaining = recovery.active_remaining()
+    return {
+        "in_recovery": True,
+        "partitions_remaining": len(remaining),
+        "records_remaining": sum(remaining.values()),
+    }
+
+
+async def group_view(app: Any) -> dict[str, Any]:
+    """The whole group as this worker's plan names it: its own view and its peers'."""
+    own = assignment_view(app)
+    share = app.streamapp_runtime.share
+    urls = group_page.peer_urls(own["url"], share.actives_by_url if share else ())
+    views, errors = await group_fetch.fetch_views(urls, {urls[0]: own})
+    return group_page.group_picture(views, errors, source=urls[0])
+
+
 def register_views(app: Any) -> None:
     @app.page("/streamapp/assignment")
     class AssignmentView(View):
         async def get(self, request: Request) -> Response:
             return self.json(assignment_view(self.app))
+
+    @app.page("/streamapp/group")
+    class GroupView(View):
+        async def get(self, request: Request) -> Response:
+            return self.json(await group_view(self.app))
+
+    @app.page("/streamapp/")
+    class GroupPage(View):
+        async def get(self, request: Request) -> Response:
+            return self.html(group_page_html())
 
     @app.page("/metrics")
     class MetricsView(View):
@@ -56,3 +94,8 @@ def register_views(app: Any) -> None:
             # prometheus_client's content type carries its own charset parameter.
             content_type, _, _ = metrics.CONTENT_TYPE_LATEST.partition(";")
             return self.bytes(metrics.render(self.app), content_type=content_type)
+
+
+def group_page_html() -> str:
+    """The page: one self-contained HTML file (inline CSS and JS), shipped with the package."""
+    return resources.files("streamapp").joinpath("group_page.html").read_text(encoding="utf-8")

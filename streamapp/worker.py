@@ -26,11 +26,13 @@ import importlib
 import os
 import socket
 import sys
+import warnings
 from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
 
 import faust
+from faust.exceptions import AlreadyConfiguredWarning
 from yarl import URL
 
 from streamapp.bad_records import BadRecordPolicy
@@ -51,6 +53,10 @@ from tables.identity import ClientIdError, load_or_create_client_id
 BROKER_CONNECT_TIMEOUT_S = 3.0
 #: The port Faust's aiokafka driver uses when a broker URL names none.
 KAFKA_DEFAULT_PORT = 9092
+
+#: The exit status of a worker whose group.instance.id another worker took (see
+#: `streamapp.faust_compat.static_membership`): not 2, as it was no bad option.
+FENCED_EXIT_STATUS = 3
 
 # The data dir lock of this process, held until it exits (see `tables.data_dir_lock`).
 _data_dir_lock: DataDirLock | None = None
@@ -337,7 +343,27 @@ def prepare_worker(args: argparse.Namespace) -> faust.App:
         raise WorkerSetupError(str(exc)) from exc
     app.streamapp_settings = replace(settings, client_id=client_id)  # type: ignore[attr-defined]
     os.environ["STREAMAPP_CLIENT_ID"] = client_id
+    use_static_membership(app, app.streamapp_settings)  # type: ignore[attr-defined]
     return app
+
+
+def use_static_membership(app: faust.App, settings: StreamappSettings) -> None:
+    """Make the client id the consumer's ``group.instance.id`` under ``static_membership``.
+
+    Faust hands ``consumer_group_instance_id`` to aiokafka; an app that sets one keeps its own.
+    The client id is unique per data dir, and the data dir's lock keeps one worker per data dir,
+    so two live workers join under one instance id only when two data dirs were given the same
+    ``--client-id`` (see `streamapp.faust_compat.static_membership` for what happens then).
+    """
+    if not settings.static_membership or settings.client_id is None:
+        return
+    if app.conf.consumer_group_instance_id is not None:
+        return
+    with warnings.catch_warnings():
+        # Faust warns that a setting is changed after it was read: the read was the check above,
+        # and the consumer that uses it does not exist yet.
+        warnings.simplefilter("ignore", AlreadyConfiguredWarning)
+        app.conf.consumer_group_instance_id = settings.client_id
 
 
 def check_group_protocol(app: faust.App) -> None:
@@ -458,15 +484,35 @@ def run_worker(args: argparse.Namespace) -> int:
         message = " ".join(str(exc).split())  # one line, whatever a cause's text held
         print(f"streamapp worker: {message}", file=sys.stderr)
         return 2
-    from faust.cli.faust import cli as faust_cli
+    import warnings
 
+    from faust.cli.faust import cli as faust_cli
+    from faust.exceptions import AlreadyConfiguredWarning
+
+    # Faust's worker command sets the web options it was given after the app has read them,
+    # and warns about its own doing (22 lines); the options still take effect.
+    warnings.filterwarnings(
+        "ignore",
+        message=r"Setting new value for configuration key 'web_(enabled|port|bind|host)'",
+        category=AlreadyConfiguredWarning,
+    )
+    # Faust's ``--quiet`` leaves out its banner table (the worker logs one line instead, see
+    # streamapp.faust_worker) and the spinner's words; logging is not affected.
     # Faust spells the level "warn"; ours follows Python's logging names.
     loglevel = "warn" if args.loglevel == "warning" else args.loglevel
-    faust_args = ["-A", args.app, "worker", "-l", loglevel, "--web-host", args.web_host]
+    faust_args = ["--quiet", "-A", args.app, "worker", "-l", loglevel, "--web-host", args.web_host]
     if args.web_port is not None:
         faust_args += ["--web-port", str(args.web_port)]
+    status = 0
     try:
         faust_cli.main(args=faust_args, prog_name="streamapp worker", standalone_mode=True)
     except SystemExit as exc:
-        return int(exc.code or 0) if not isinstance(exc.code, str) else 1
-    return 0
+        status = int(exc.code or 0) if not isinstance(exc.code, str) else 1
+    from streamapp.faust_compat.static_membership import fenced_message
+
+    fenced = fenced_message()
+    if fenced is not None:
+        # Stopped as SIGTERM stops it, which exits 0: say why, and that it did not end well.
+        print(f"streamapp worker: {fenced}", file=sys.stderr)
+        return FENCED_EXIT_STATUS
+    return status

@@ -228,6 +228,11 @@ def _replayed(workers: list[Worker]) -> tuple[int, str]:
     )
 
 
+def spark_log_path(args: argparse.Namespace) -> Path:
+    """Where Spark's own output goes (examples.adclick.spark.reconcile)."""
+    return Path(args.report_dir) / "spark.log"
+
+
 def run_demo(args: argparse.Namespace) -> DemoResult:
     started = time.monotonic()
     seconds: dict[str, float] = {}
@@ -288,7 +293,8 @@ def run_demo(args: argparse.Namespace) -> DemoResult:
         pending_at_end = asyncio.run(_pending_at_end(bootstrap, topology))
         dead_letters = asyncio.run(_dead_letter_sources(bootstrap, topology))
         stop_all(workers)
-        say("workers stopped; reconciling with Spark")
+        # Spark's own output (Ivy's dependency resolution, its log) goes to a file.
+        say(f"workers stopped; reconciling with Spark (its output in {spark_log_path(args)})")
 
         t = time.monotonic()
         from examples.adclick.spark.reconcile import run_reconciliation
@@ -346,6 +352,7 @@ def print_summary(result: DemoResult) -> None:
     print(f"records replayed from {result.replayed_source}")
     print("seconds: " + ", ".join(f"{k} {v}" for k, v in result.seconds.items()))
     print(f"report: {result.report.get('markdown')} (chart {result.report.get('chart')})")
+    print(f"spark log: {result.report.get('spark_log')}")
     print(result.summary_line())
 
 

@@ -1,17 +1,30 @@
-"""The few broker operations the demo, its test and the benchmark need (aiokafka)."""
+"""The broker reads the demo, its test and its benchmark need beyond streamapp.testing."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.errors import TopicAlreadyExistsError
+from aiokafka.admin import AIOKafkaAdminClient
 
-from streamapp.faust_compat.access import refresh_metadata
+from streamapp.testing.kafka_io import (
+    create_topics,
+    end_offsets,
+    partition_counts,
+    partitions_of,
+)
+
+__all__ = [
+    "TopicRecord",
+    "create_topics",
+    "end_offsets",
+    "group_lag",
+    "latest_by_key",
+    "partition_counts",
+    "read_all",
+]
 
 
 @dataclass(frozen=True)
@@ -23,62 +36,6 @@ class TopicRecord:
     key: bytes | None
     value: bytes | None
     headers: tuple[tuple[str, bytes], ...] = ()
-
-
-async def create_topics(
-    bootstrap: str, partitions: Mapping[str, int], configs: Mapping[str, str] | None = None
-) -> None:
-    """Create the topics that do not exist yet (with ``configs``); existing ones are left as they
-    are."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        existing = set(await admin.list_topics())
-        new = [
-            NewTopic(
-                name=name, num_partitions=n, replication_factor=1, topic_configs=dict(configs or {})
-            )
-            for name, n in partitions.items()
-            if name not in existing
-        ]
-        if new:
-            # Created concurrently (another worker, Faust itself) is fine.
-            with contextlib.suppress(TopicAlreadyExistsError):
-                await admin.create_topics(new)
-    finally:
-        await admin.close()
-
-
-async def partition_counts(bootstrap: str, topics: Iterable[str]) -> dict[str, int]:
-    """Partition count of every topic that exists, from the broker's metadata."""
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
-    await consumer.start()
-    try:
-        counts: dict[str, int] = {}
-        for topic in topics:
-            parts = await _partitions_for(consumer, topic)
-            if parts:
-                counts[topic] = len(parts)
-        return counts
-    finally:
-        await consumer.stop()
-
-
-async def _partitions_for(consumer: AIOKafkaConsumer, topic: str) -> set[int]:
-    await refresh_metadata(consumer)
-    return consumer.partitions_for_topic(topic) or set()
-
-
-async def end_offsets(bootstrap: str, topics: Iterable[str]) -> dict[TopicPartition, int]:
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
-    await consumer.start()
-    try:
-        tps = [
-            TopicPartition(t, p) for t in topics for p in sorted(await _partitions_for(consumer, t))
-        ]
-        return dict(await consumer.end_offsets(tps)) if tps else {}
-    finally:
-        await consumer.stop()
 
 
 async def read_all(
@@ -94,7 +51,7 @@ async def read_all(
     )
     await consumer.start()
     try:
-        tps = [TopicPartition(topic, p) for p in sorted(await _partitions_for(consumer, topic))]
+        tps = [TopicPartition(topic, p) for p in sorted(await partitions_of(consumer, topic))]
         if not tps:
             return []
         consumer.assign(tps)

@@ -6,8 +6,10 @@ recovery (`streamapp.faust_compat.recovery`), its app's producer start and trans
 (`streamapp.faust_compat.app`), its assignor's leader step (`streamapp.faust_compat.assignor`),
 and reads and writes of its internals for the rest of streamapp: the group coordinator, the
 assignment hand-over, its RocksDB store's open handles (`streamapp.faust_compat.access`); and
-aiokafka's group coordinator and producer (`coordinator`, `producer_wait`); Faust's table
-writes, encoded once (`encode_once`).
+aiokafka's group coordinator and producer (`coordinator`, `producer_wait`), and the group
+requests of a static member (`static_membership`); Faust's table writes, encoded once
+(`encode_once`); the expiry heap of its windowed tables, rebuilt after a recovery
+(`window_expiry`).
 Every private name those rely on is listed in `PRIVATE_NAMES` below, and nowhere else in
 streamapp is one named (a unit test reads every module for them).
 
@@ -67,7 +69,7 @@ PRIVATE_NAMES: dict[str, tuple[str, ...]] = {
         "_partition_assignment_strategy",  # read by start() to build the coordinator
         "_subscription",
         "_coordinator",
-        "_client",
+        "_client",  # static_membership wraps its send and close
     ),
     "faust.app.base:App": ("_new_transport", "_consumer"),
     "aiokafka.consumer.group_coordinator:GroupCoordinator": (
@@ -92,10 +94,19 @@ PRIVATE_NAMES: dict[str, tuple[str, ...]] = {
         "_encode_key",  # encode_once: one encoding per key and value a write needs
         "_encode_value",
         "_decode_value",
+        "_decode_key",  # window_expiry: stored keys read back as Faust reads them
         "_get",
         "_set",
     ),
-    "faust.tables.base:Collection": ("_maybe_set_key_ttl", "_sensor_on_set"),
+    "faust.tables.base:Collection": (
+        "_maybe_set_key_ttl",
+        "_sensor_on_set",
+        "_should_expire_keys",  # window_expiry: the heap rebuilt after a recovery (faust #385)
+        "_partition_timestamps",
+        "_partition_timestamp_keys",
+        "_partition_latest_timestamp",
+        "_to_key",
+    ),
     "aiokafka.coordinator.assignors.sticky.sticky_assignor:StickyPartitionAssignor": (
         "_metadata",  # bench/strategies.py runs aiokafka's sticky assignor beside ours
     ),

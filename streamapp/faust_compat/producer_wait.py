@@ -11,17 +11,20 @@ with a backoff (doubling to `MAX_WAIT_S`) for as long as it takes. The table's a
 with it, and `streamapp.changelog_watch` says once which changelog is wrong and what to do.
 
 Installed once per process by `install` (from `streamapp.faust_compat.app`).
-aiokafka names used: ``AIOKafkaProducer.send`` (wrapped), the producer's ``client`` and its
-``cluster.partitions_for_topic`` and ``force_metadata_update``; checked at import.
+aiokafka names used: ``AIOKafkaProducer.send`` (wrapped) and ``partitions_for``, the producer's
+``client`` and its ``cluster.partitions_for_topic`` and ``force_metadata_update``; checked at
+import.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
+from aiokafka import errors as kafka_errors
 from aiokafka.client import AIOKafkaClient
 from aiokafka.cluster import ClusterMetadata
 
@@ -32,6 +35,7 @@ if (
     list(inspect.signature(AIOKafkaProducer.send).parameters)[:5]
     != ["self", "topic", "value", "key", "partition"]
     or not callable(getattr(AIOKafkaClient, "force_metadata_update", None))
+    or not callable(getattr(AIOKafkaProducer, "partitions_for", None))
     or not callable(getattr(ClusterMetadata, "partitions_for_topic", None))
 ):
     raise RuntimeError(
@@ -53,6 +57,16 @@ def _known(producer: Any, topic: str, partition: int) -> bool:
 async def wait_for_partition(producer: Any, topic: str, partition: int) -> None:
     delay = 0.1
     while not _known(producer, topic, partition):
+        # A refresh asks only for the topics the client tracks: a topic this producer has
+        # never sent to is tracked by ``partitions_for`` (aiokafka's own send does the same
+        # before it checks the partition), else the refresh never brings it and the send
+        # waited for ever (the first exactly_once changelog write of each transactional
+        # producer did, and the demo stalled). It raises when the topic stays unknown for
+        # the request timeout: a deleted changelog, which the loop waits out.
+        with contextlib.suppress(kafka_errors.KafkaError):
+            await producer.partitions_for(topic)
+        if _known(producer, topic, partition):
+            return
         await producer.client.force_metadata_update()
         if _known(producer, topic, partition):
             return

@@ -65,6 +65,9 @@ def _assert_nothing_lost(result: Any) -> None:
     # The report exists for people too.
     assert result.report["chart"].stat().st_size > 1000
     assert "missing | 0" in result.report["markdown"].read_text()
+    # Spark's own output went to its log file, which the demo names at the end.
+    assert result.report["spark_log"].name == "spark.log"
+    assert result.report["spark_log"].is_file()
     assert result.summary_line().startswith(f"demo: 4000 events, {r.joined} joined, 0 missing, ")
 
 

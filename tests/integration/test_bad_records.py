@@ -23,10 +23,9 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
 
 from streamapp.bad_records import HEADER_PREFIX
+from streamapp.testing.kafka_io import create_topic, partition_ends
+from streamapp.testing.worker import WorkerProcess
 from tests.integration.apps.bad_records import PARTITIONS
-from tests.integration.apps.rebalance_io import create_topic, end_offsets
-
-from .workers import WorkerProcess
 
 APP = "tests.integration.apps.bad_records:app"
 KEYS = 10
@@ -147,7 +146,7 @@ class Run:
         return total
 
     def committed_to_the_end(self) -> bool:
-        ends = asyncio.run(end_offsets(self.bootstrap, self.topic, PARTITIONS))
+        ends = asyncio.run(partition_ends(self.bootstrap, self.topic))
         committed = asyncio.run(self._committed())
         return all(committed.get(p, 0) == end for p, end in ends.items())
 

@@ -16,10 +16,11 @@ from pathlib import Path
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
+from streamapp.testing.kafka_io import create_topic, partition_ends, produce
+from streamapp.testing.worker import WorkerProcess
 from tests.integration.apps.changelog_gone_counter import CHANGELOG, PARTITIONS, TOPIC
-from tests.integration.apps.rebalance_io import create_topic, end_offsets, produce
 
-from .workers import WorkerProcess, wait_for_workers
+from .workers import wait_for_workers
 
 APP = "tests.integration.apps.changelog_gone_counter:app"
 MISSING = f"streamapp: changelog {CHANGELOG} of table counts is missing"
@@ -118,8 +119,7 @@ def run_fault(bootstrap: str, root: Path, *, tag: str, events_while_missing: boo
         group.wait(
             "every table write in the changelog",
             lambda: (
-                sum(asyncio.run(end_offsets(bootstrap, CHANGELOG, PARTITIONS)).values())
-                >= group.produced
+                sum(asyncio.run(partition_ends(bootstrap, CHANGELOG)).values()) >= group.produced
             ),
             60,
         )

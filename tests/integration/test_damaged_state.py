@@ -15,11 +15,11 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError
 from aiokafka.partitioner import DefaultPartitioner
 
+from streamapp.testing.kafka_io import create_topic
+from streamapp.testing.worker import WorkerProcess
 from tables.damaged import DAMAGED_DIR
 
 from .apps.damaged_state import APP_ID_ENV, PARTITIONS, TABLE, changelog_topic, source_topic
-from .apps.rebalance_io import create_topic
-from .workers import WorkerProcess
 
 APP = "tests.integration.apps.damaged_state:app"
 

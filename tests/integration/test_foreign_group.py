@@ -10,9 +10,10 @@ from pathlib import Path
 
 from streamapp.group_check import find_foreign_group
 from streamapp.partition_assignor import PROTOCOL_NAME
+from streamapp.testing.worker import WorkerProcess
 
 from .apps.foreign_group import GROUP
-from .workers import WorkerProcess, start_stock_faust_worker
+from .workers import start_stock_faust_worker
 
 APP = "tests.integration.apps.foreign_group"
 

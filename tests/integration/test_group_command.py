@@ -16,9 +16,10 @@ from typing import Any
 
 import pytest
 
-from tests.integration.apps.rebalance_io import create_topic, produce
+from streamapp.testing.kafka_io import create_topic, produce
+from streamapp.testing.worker import REPO_ROOT, WorkerProcess
 
-from .workers import REPO_ROOT, WorkerProcess, wait_for_workers
+from .workers import wait_for_workers
 
 APP = "tests.integration.apps.rebalance:app"
 APP_ID = "it-group"

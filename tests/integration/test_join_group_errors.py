@@ -40,6 +40,8 @@ import pytest
 
 from streamapp.kafka import LocalKafka
 from streamapp.kafka.probe import free_port
+from streamapp.testing.kafka_io import create_topic, produce
+from streamapp.testing.worker import REPO_ROOT, WorkerProcess
 from tests.integration.apps.join_errors_counter import (
     APP_ID,
     CHANGELOG,
@@ -47,9 +49,8 @@ from tests.integration.apps.join_errors_counter import (
     PARTITIONS,
     TOPIC,
 )
-from tests.integration.apps.rebalance_io import create_topic, produce
 
-from .workers import REPO_ROOT, WorkerProcess, wait_for_workers
+from .workers import wait_for_workers
 
 APP = "tests.integration.apps.join_errors_counter:app"
 KEYS = 40

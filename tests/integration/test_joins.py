@@ -8,8 +8,7 @@ expiry rules). Guarantee asserted, under at-least-once: the *set* of outputs equ
 reference exactly (nothing missing, nothing that should not be there); duplicates are allowed
 and reported; late records' dead letters are exactly the late records.
 
-Stream-table left join (shipments enriched from customers), co-partitioned (and global, a
-known failure: see GLOBAL_TABLES_NOT_TAILED), 2
+Stream-table left join (shipments enriched from customers), co-partitioned and global, 2
 workers, one killed with SIGKILL between the two halves of the shipments and restarted: the
 set of outputs equals the reference exactly (duplicates allowed, at-least-once); the table,
 filled before the shipments, survives the crash.
@@ -29,12 +28,13 @@ from typing import Any
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from streamapp.joins import JoinWindow, Side
 from streamapp.joins.core import ExpiryIndex
+from streamapp.testing.kafka_io import create_topics
+from streamapp.testing.worker import WorkerProcess
 
-from .workers import WorkerProcess, wait_for_workers
+from .workers import wait_for_workers
 
 APP = "tests.integration.apps.joins:app"
 PARTITIONS = 4
@@ -54,7 +54,7 @@ def resumed(worker: WorkerProcess, topic: str) -> bool:
     )
 
 
-def settled(workers: dict[str, Worker], topic: str) -> bool:
+def settled(workers: dict[str, WorkerProcess], topic: str) -> bool:
     held = sorted(
         p
         for w in workers.values()
@@ -67,31 +67,8 @@ def env(app_id: str, **extra: str) -> dict[str, str]:
     return {"JOINIT_APP_ID": app_id, "JOINIT_PARTITIONS": str(PARTITIONS), **extra}
 
 
-class Worker(WorkerProcess):
-    def __init__(self, bootstrap: str, data_dir: Path, environ: dict[str, str]) -> None:
-        super().__init__(APP, bootstrap, data_dir)
-        self.environ = environ
-
-    def start(self) -> Worker:
-        import os
-
-        saved = dict(os.environ)
-        os.environ.update(self.environ)
-        try:
-            super().start()
-        finally:
-            os.environ.clear()
-            os.environ.update(saved)
-        return self
-
-
-async def create_topics(bootstrap: str, topics: dict[str, int]) -> None:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        await admin.create_topics([NewTopic(t, n, 1) for t, n in topics.items()])
-    finally:
-        await admin.close()
+def join_worker(bootstrap: str, data_dir: Path, environ: dict[str, str]) -> WorkerProcess:
+    return WorkerProcess(APP, bootstrap, data_dir, env=environ)
 
 
 class Produced:
@@ -239,7 +216,9 @@ def test_windowed_left_join_survives_sigkill(
 ) -> None:
     environ = env(join_topics["app_id"], JOINIT_KIND="left")
     topics = {Side.LEFT: join_topics["orders"], Side.RIGHT: join_topics["payments"]}
-    workers = {name: Worker(kafka_bootstrap, tmp_path / name, {**environ}) for name in ("a", "b")}
+    workers = {
+        name: join_worker(kafka_bootstrap, tmp_path / name, {**environ}) for name in ("a", "b")
+    }
     produced = Produced()
     first, second = dataset()
     try:
@@ -338,19 +317,11 @@ async def produce_json(
         await producer.stop()
 
 
-GLOBAL_TABLES_NOT_TAILED = (
-    "streamapp's assignor gives every member every partition of a global table's changelog as "
-    "an *active* (group_scenario.with_global_tables), which Faust reads once, at recovery, and "
-    "never tails: after startup a worker sees only its own writes to a global table (stock "
-    "Faust makes the other partitions standbys, which it tails)"
-)
-
-
 @pytest.mark.parametrize(
     "global_table",
     [
         False,
-        pytest.param(True, marks=pytest.mark.xfail(strict=True, reason=GLOBAL_TABLES_NOT_TAILED)),
+        True,
     ],
     ids=["copartitioned", "global"],
 )
@@ -369,7 +340,7 @@ def test_stream_table_join_survives_sigkill(
         )
     )
     environ = env(app_id, JOINIT_TABLE_JOIN="1", JOINIT_GLOBAL="1" if global_table else "0")
-    workers = {name: Worker(kafka_bootstrap, tmp_path / name, environ) for name in ("a", "b")}
+    workers = {name: join_worker(kafka_bootstrap, tmp_path / name, environ) for name in ("a", "b")}
     names = {f"c{i}": f"customer {i}" for i in range(100)}
     try:
         for worker in workers.values():

@@ -111,3 +111,44 @@ def test_a_cluster_id_starting_with_a_dash_formats(
     finally:
         broker.stop()
     assert broker_status(broker.port) is None
+
+
+def _cli_kafka(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "streamapp", "kafka", *args],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+def test_cli_start_says_one_line_per_step(kafka_broker: LocalKafka, tmp_path: Path) -> None:
+    port = str(free_port())
+    where = ["--port", port, "--dir", str(tmp_path / "k")]
+    try:
+        started = _cli_kafka("start", *where)
+        assert started.returncode == 0, started.stderr
+        bootstrap = f"127.0.0.1:{port}"
+        assert started.stdout == f"{bootstrap}\n"  # the address alone, for scripts
+        # The jars are cached (the session's broker resolved them): two steps, two lines.
+        assert started.stderr.splitlines() == [
+            f"streamapp: starting Kafka {kafka_broker.kafka_version} (data in {tmp_path / 'k'})",
+            f"streamapp: Kafka ready on {bootstrap} (its log: {tmp_path / 'k' / 'broker.log'})",
+        ]
+        again = _cli_kafka("start", *where)
+        assert again.returncode == 0, again.stderr
+        assert again.stdout == f"{bootstrap}\n"
+        (line,) = again.stderr.splitlines()
+        assert line.startswith(
+            f"streamapp: Kafka {kafka_broker.kafka_version} already runs on {bootstrap} (pid "
+        )
+        # Another release on that port is refused, not handed the running one.
+        other = "3.9.1" if kafka_broker.release.major >= 4 else "4.4.0"
+        refused = _cli_kafka("start", *where, "--kafka-version", other)
+        assert refused.returncode == 1
+        assert f"already runs Kafka {kafka_broker.kafka_version} started by streamapp, not " in (
+            refused.stderr
+        )
+    finally:
+        stopped = _cli_kafka("stop", "--port", port)
+        assert stopped.returncode == 0, stopped.stderr

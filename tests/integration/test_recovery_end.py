@@ -24,8 +24,9 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic, RecordsToDelete
 from aiokafka.errors import KafkaError
 
 from streamapp.kafka import LocalKafka
+from streamapp.testing.kafka_io import create_topic
+from streamapp.testing.worker import WorkerProcess
 
-from .apps.rebalance_io import create_topic
 from .apps.recovery_end import (
     APP_ID_ENV,
     GUARANTEE_ENV,
@@ -34,7 +35,6 @@ from .apps.recovery_end import (
     changelog_topic,
     source_topic,
 )
-from .workers import WorkerProcess
 
 APP = "tests.integration.apps.recovery_end:app"
 #: Faust's fallback, logged when an idle replay is ended by its timeouts (tables/recovery.py).

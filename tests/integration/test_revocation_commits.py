@@ -19,10 +19,11 @@ from pathlib import Path
 
 from aiokafka import AIOKafkaProducer
 
-from tests.integration.apps.rebalance_io import create_topic, produce
+from streamapp.testing.kafka_io import create_topic, produce
+from streamapp.testing.worker import WorkerProcess
 from tests.integration.apps.revocation_counter import PARTITIONS, TOPIC
 
-from .workers import WorkerProcess, wait_for_workers
+from .workers import wait_for_workers
 
 APP = "tests.integration.apps.revocation_counter:app"
 KEYS = 20

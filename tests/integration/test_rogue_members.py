@@ -28,7 +28,8 @@ from typing import Any
 import pytest
 
 from standby.runtime import OFFSET_REPORT_GRACE_S
-from tests.integration.apps.rebalance_io import create_topic, produce
+from streamapp.testing.kafka_io import create_topic, produce
+from streamapp.testing.worker import REPO_ROOT, WorkerProcess
 from tests.integration.apps.rogue_counter import (
     APP_ID,
     CHANGELOG,
@@ -36,8 +37,6 @@ from tests.integration.apps.rogue_counter import (
     PARTITIONS,
     TOPIC,
 )
-
-from .workers import REPO_ROOT, WorkerProcess
 
 APP = "tests.integration.apps.rogue_counter:app"
 KEYS = 40

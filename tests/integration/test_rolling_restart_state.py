@@ -24,9 +24,10 @@ from typing import Any
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from tests.integration.apps.rebalance_io import create_topic
+from streamapp.testing.kafka_io import create_topic
+from streamapp.testing.worker import WorkerProcess
 
-from .workers import WorkerProcess, wait_for_workers
+from .workers import wait_for_workers
 
 APP = "tests.integration.apps.seqcheck:app"
 APP_ID = "it-seqcheck"

@@ -22,7 +22,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.structs import OffsetAndMetadata
 
 from streamapp.faust_compat.transport import ConsumerThread
-from tests.integration.apps.rebalance_io import create_topic
+from streamapp.testing.kafka_io import create_topic
 
 RECORDS = 20
 

@@ -22,9 +22,8 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
 
-from tests.integration.apps.rebalance_io import create_topic
-
-from .workers import REPO_ROOT, WorkerProcess
+from streamapp.testing.kafka_io import create_topic
+from streamapp.testing.worker import REPO_ROOT, WorkerProcess
 
 PARTITIONS = 4
 

@@ -17,10 +17,11 @@ import pytest
 from aiokafka import AIOKafkaProducer
 from prometheus_client.parser import text_string_to_metric_families
 
+from streamapp.testing.kafka_io import create_topic
+from streamapp.testing.worker import WorkerProcess
 from tests.integration.apps.bad_records import PARTITIONS
-from tests.integration.apps.rebalance_io import create_topic
 
-from .workers import WorkerProcess, wait_for_workers
+from .workers import wait_for_workers
 
 APP = "tests.integration.apps.bad_records:app"
 APP_ID = "it-metrics"

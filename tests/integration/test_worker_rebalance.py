@@ -18,9 +18,10 @@ from typing import Any
 
 import pytest
 
-from tests.integration.apps.rebalance_io import create_topic, end_offsets, produce
+from streamapp.testing.kafka_io import create_topic, partition_ends, produce
+from streamapp.testing.worker import WorkerProcess
 
-from .workers import WorkerProcess, start_stock_faust_worker, wait_for_workers
+from .workers import start_stock_faust_worker, wait_for_workers
 
 APP = "tests.integration.apps.rebalance:app"
 STOCK_APP = "tests.integration.apps.stock_faust:app"
@@ -219,13 +220,13 @@ def test_crash_promotes_standbys_with_at_most_the_acceptable_lag(group: Group) -
 def test_rolling_restart_gives_each_its_own_tasks_replaying_only_the_tail(group: Group) -> None:
     before = group.actives()
     for name in sorted(group.workers):
-        ends_before = asyncio.run(end_offsets(group.bootstrap, CHANGELOG, PARTITIONS))
+        ends_before = asyncio.run(partition_ends(group.bootstrap, CHANGELOG))
         assert group.workers[name].stop() == 0, group.workers[name].log_tail()
         away = group.workers.pop(name)
         group.wait(f"the others to cover for {name}", group.settled)
         group.produce(TAIL_EVENTS)
         group.wait(f"the tail processed while {name} is away", group.table_matches)
-        ends_after = asyncio.run(end_offsets(group.bootstrap, CHANGELOG, PARTITIONS))
+        ends_after = asyncio.run(partition_ends(group.bootstrap, CHANGELOG))
         group.start(name)
         assert group.workers[name].data_dir == away.data_dir
         group.wait(

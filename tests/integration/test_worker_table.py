@@ -10,10 +10,10 @@ from pathlib import Path
 from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
+from streamapp.testing.worker import WorkerProcess
 from tables.identity import CLIENT_ID_FILE
 
 from .apps.counter import PARTITIONS
-from .workers import WorkerProcess
 
 APP = "tests.integration.apps.counter:app"
 TOPIC = "it-counter-events"

@@ -27,7 +27,9 @@ def run_reconciliation(
     bootstrap: str, topology: Topology, out_dir: Path, extra: dict[str, Any] | None = None
 ) -> tuple[Reconciliation, dict[str, Path]]:
     started = time.monotonic()
-    spark = spark_session("adclick-reconcile")
+    # Spark's own output (Ivy's resolution, its log) goes to a file of the report.
+    spark_log = out_dir / "spark.log"
+    spark = spark_session("adclick-reconcile", log_file=spark_log)
     try:
         result = reconcile(
             spark,
@@ -42,7 +44,7 @@ def run_reconciliation(
     finally:
         spark.stop()
     info = {**(extra or {}), "spark_seconds": round(time.monotonic() - started, 1)}
-    return result, write_report(result, out_dir, info)
+    return result, {**write_report(result, out_dir, info), "spark_log": spark_log}
 
 
 def summary_line(r: Reconciliation) -> str:
@@ -64,7 +66,10 @@ def main(argv: list[str] | None = None) -> int:
         topology = replace(topology, prefix=args.prefix)
     result, paths = run_reconciliation(args.bootstrap, topology, args.out)
     print(summary_line(result))
-    print(f"reconcile: report in {paths['markdown']}", file=sys.stderr)
+    print(
+        f"reconcile: report in {paths['markdown']}, Spark's log in {paths['spark_log']}",
+        file=sys.stderr,
+    )
     failed = not result.ok or (args.strict and result.duplicated > 0)
     return 1 if failed else 0
 

@@ -3,12 +3,19 @@
 The ``spark-sql-kafka-0-10`` package must match the installed pyspark exactly
 (same Spark version, same Scala binary version); it is resolved once through
 ``spark.jars.packages`` into ``~/.cache/streamapp/ivy`` and reused from there.
+
+Spark's JVM writes to the standard output and error it inherits: its Ivy resolution (about 80
+lines on a first run, "proxy server not well configured" among them) and its log. Given a
+``log_file``, `spark_session` starts the JVM with both pointing at that file instead.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -37,14 +44,43 @@ def kafka_package() -> str:
     return f"org.apache.spark:spark-sql-kafka-0-10_{scala_binary_version()}:{pyspark.__version__}"
 
 
-def spark_session(app_name: str, *, driver_memory: str = "1g") -> SparkSession:
-    """local[2], no UI, few shuffle partitions: small data, fast start, modest memory."""
+@contextlib.contextmanager
+def output_to(log_file: Path | None) -> Iterator[None]:
+    """File descriptors 1 and 2 on ``log_file`` (appended) meanwhile: what a process started
+    here writes goes there, for as long as it runs. ``None`` changes nothing."""
+    if log_file is None:
+        yield
+        return
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    try:
+        with log_file.open("ab") as log:
+            os.dup2(log.fileno(), 1)
+            os.dup2(log.fileno(), 2)
+        yield
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        for fd, copy in zip((1, 2), saved, strict=True):
+            os.dup2(copy, fd)
+            os.close(copy)
+
+
+def spark_session(
+    app_name: str, *, driver_memory: str = "1g", log_file: Path | None = None
+) -> SparkSession:
+    """local[2], no UI, few shuffle partitions: small data, fast start, modest memory.
+
+    With ``log_file``, Spark's JVM (if this call starts it) writes its output there.
+    """
     # Loopback only, and no warning about the hostname resolving to it.
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
 
     IVY_DIR.mkdir(parents=True, exist_ok=True)
-    spark = (
+    builder = (
         SparkSession.builder.master("local[2]")
         .appName(app_name)
         .config("spark.driver.memory", driver_memory)
@@ -58,7 +94,8 @@ def spark_session(app_name: str, *, driver_memory: str = "1g") -> SparkSession:
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.driver.host", "127.0.0.1")
-        .getOrCreate()
     )
+    with output_to(log_file):
+        spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     return spark

@@ -3,9 +3,7 @@ group) and topics, so the stray member that test adds touches no other test's gr
 
 from __future__ import annotations
 
-from typing import Any
-
-from streamapp import App
+from tests.integration.apps.counting import QUICK_REBALANCES, counting_app
 
 APP_ID = "it-join-errors"
 PARTITIONS = 4
@@ -14,33 +12,4 @@ CHANGELOG = f"{APP_ID}-counts-changelog"
 #: Faust's own topic, which every worker subscribes to (a stateless task of the plan).
 LEADER_TOPIC = f"{APP_ID}-__assignor-__leader"
 
-app = App(
-    APP_ID,
-    topic_partitions=PARTITIONS,
-    # A member that leaves is noticed soon; rebalances settle in seconds.
-    broker_session_timeout=8.0,
-    broker_heartbeat_interval=1.0,
-    broker_rebalance_timeout=30.0,
-    broker_commit_interval=1.0,
-)
-events = app.topic(
-    TOPIC,
-    key_type=str,
-    value_type=bytes,
-    key_serializer="raw",
-    value_serializer="raw",
-    partitions=PARTITIONS,
-)
-counts = app.Table("counts", default=int, partitions=PARTITIONS)
-
-
-@app.agent(events)
-async def count_events(stream: Any) -> None:
-    async for key, _value in stream.items():
-        counts[key] += 1
-
-
-@app.page("/counts/")
-async def get_counts(web: Any, request: Any) -> Any:
-    # Active partitions only (Faust's rocksdb store iterates the actives' databases).
-    return web.json(dict(counts.items()))
+app = counting_app(APP_ID, PARTITIONS, **QUICK_REBALANCES)

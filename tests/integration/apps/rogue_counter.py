@@ -6,9 +6,7 @@ group touch no other test's group.
 
 from __future__ import annotations
 
-from typing import Any
-
-from streamapp import App
+from tests.integration.apps.counting import QUICK_REBALANCES, counting_app
 
 APP_ID = "it-rogue"
 PARTITIONS = 4
@@ -17,37 +15,12 @@ CHANGELOG = f"{APP_ID}-counts-changelog"
 #: Faust's own topic, which every worker subscribes to (a stateless task of the plan).
 LEADER_TOPIC = f"{APP_ID}-__assignor-__leader"
 
-app = App(
+app = counting_app(
     APP_ID,
-    topic_partitions=PARTITIONS,
+    PARTITIONS,
     # Far below a partition's changelog once the tests have produced (100 records and more), so
     # that a member without local state is not caught up, and gets a warmup, not the task.
     acceptable_recovery_lag=20,
     probing_rebalance_interval_s=5.0,
-    # A stray member that leaves is noticed soon; rebalances settle in seconds.
-    broker_session_timeout=8.0,
-    broker_heartbeat_interval=1.0,
-    broker_rebalance_timeout=30.0,
-    broker_commit_interval=1.0,
+    **QUICK_REBALANCES,
 )
-events = app.topic(
-    TOPIC,
-    key_type=str,
-    value_type=bytes,
-    key_serializer="raw",
-    value_serializer="raw",
-    partitions=PARTITIONS,
-)
-counts = app.Table("counts", default=int, partitions=PARTITIONS)
-
-
-@app.agent(events)
-async def count_events(stream: Any) -> None:
-    async for key, _value in stream.items():
-        counts[key] += 1
-
-
-@app.page("/counts/")
-async def get_counts(web: Any, request: Any) -> Any:
-    # Active partitions only (Faust's rocksdb store iterates the actives' databases).
-    return web.json(dict(counts.items()))

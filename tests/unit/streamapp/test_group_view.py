@@ -207,3 +207,23 @@ def test_leave_of_an_unknown_client_names_the_members() -> None:
     view = read_group(_three(), ENDS)
     with pytest.raises(GroupViewError, match="members: worker-1, worker-2, worker-10"):
         what_if(view, parse_change("leave worker-9"), topics=TOPICS, settings=SETTINGS)
+
+
+def test_table_leaves_out_fausts_leader_topic_and_json_keeps_it() -> None:
+    leader = f"{APP}-__assignor-__leader"
+    raw = _member("worker-1", [0, 1, 2, 3], [])
+    share = MemberAssignment(
+        generation=5, active={SOURCE: [0, 1, 2, 3], CHANGELOG: [0, 1, 2, 3], leader: [0]}
+    )
+    raw = RawMember(
+        raw.member_id,
+        raw.kafka_client_id,
+        raw.client_host,
+        raw.metadata,
+        ConsumerProtocolMemberAssignment(0, [], encode_assignment(share)).encode(),
+    )
+    view = read_group(_group(raw), ENDS)
+    text = format_group(view)
+    assert leader not in text
+    assert f"  active   {SOURCE}: 0, 1, 2, 3" in text.splitlines()
+    assert group_json(view)["members"][0]["active"][leader] == [0]

@@ -66,6 +66,7 @@ def test_every_setting_is_an_option_a_variable_and_a_keyword(setting: object) ->
         "create_source_topics": (["--create-topics"], "false", True),
         "bad_record_policy": (["--bad-record-policy", "fail"], "dead-letter", "fail"),
         "dead_letter_topic": (["--dead-letter-topic", "t9"], "t8", "t9"),
+        "static_membership": (["--no-static-membership"], "true", False),
     }
     argv, env_value, expected = samples[setting.name]
     options = options_from_args(parser.parse_args(argv))

@@ -1,0 +1,104 @@
+"""What a worker's log says at INFO: ready, rebalanced, recovering, resumed, and every problem.
+
+Faust, mode and aiokafka log each step of their machinery at INFO: every service's
+``Starting...`` and ``Stopping...``, tables of subscribed topics and partition sets, each join
+and sync of the group, recovery's offset tables. aiokafka logs a normal rebalance as a WARNING
+(``Heartbeat failed for group ... because it is rebalancing``), and Faust logs the seek it
+tries while a rebalance has taken the partitions away as another (``exception performing seek
+when flow not active IllegalStateError...``). About 130 lines came before a worker was ready.
+
+`install` demotes those records to DEBUG, in this one place, as they are made (a log record
+factory): a handler at INFO drops them, ``-l debug`` shows them all as before. Nothing else
+changes level: any other warning or error of those libraries, and streamapp's own lines
+(``planned generation``, ``restoring actives``, ``processing resumed``), stay as they were, and
+so do Faust's ``Worker ready`` and the worker's own start and stop. `CHATTER` lists what is
+demoted.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable
+
+#: Messages demoted to DEBUG, by the start of the logger's name. A message is matched on its
+#: unformatted text (``record.msg``), which for a mode service starts with ``[^--Name]: ``.
+CHATTER: dict[str, tuple[str, ...]] = {
+    "aiokafka": (
+        r"Updating subscribed topics to",
+        r"Subscribed to topic",
+        r"Discovered coordinator",
+        r"Revoking previously assigned partitions",
+        r"\(Re-\)joining group",
+        r"Joined group",
+        r"Elected group leader",
+        r"Successfully synced group",
+        r"Setting newly assigned partitions",
+        r"Heartbeat failed for group %s because it is rebalancing",
+        r"LeaveGroup request succeeded",
+    ),
+    # Faust's services and streamapp's subclasses of them (streamapp.faust_compat).
+    "": (
+        r"Executing _on_partitions_assigned",
+        r"opening partition",
+        r"generation id .* app consumers id",
+        r"Closing rocksdb on stop",
+        r"\[\^-*Consumer\]: exception performing seek when flow not active IllegalStateError",
+        # Recovery's tables of offsets, and its steps between assigned and resumed.
+        r"\[\^-*Recovery\]: (Highwater for|%s offsets at|\w+ offsets at start)",
+        r"\[\^-*Recovery\]: (Recovery complete|Starting standby partitions)",
+        # Said by streamapp's "processing resumed after ..." line, which follows them.
+        r"\[\^-*Recovery\]: (Resuming flow|Restore complete|Seek stream partitions)",
+        r"\[\^-*Conductor\]: Waiting for",
+        r"\[\^-*Producer\]: (Creating topic|Topic .* created)",
+        r"\[\^-*Consumer\]: Consumer shutting down",
+        r"\[\^-*App\]: (Wait for streams|Flush producer buffer)",
+        r"\[\^Worker\]: (Ready|Gathering|Closing event loop)",
+        # Every service's lifecycle, under whichever module's logger it runs; the worker's
+        # own "[^Worker]: Starting..." and "Stopping..." stay.
+        r"\[\^-+.*?\]: (Starting|Stopping|Cleanup)",
+    ),
+}
+
+
+def _matcher(chatter: dict[str, tuple[str, ...]]) -> Callable[[str, str], bool]:
+    compiled = [
+        (prefix, re.compile("|".join(f"(?:{p})" for p in ps))) for prefix, ps in chatter.items()
+    ]
+
+    def is_chatter(name: str, message: str) -> bool:
+        return any(
+            (not prefix or name == prefix or name.startswith(prefix + "."))
+            and pattern.match(message) is not None
+            for prefix, pattern in compiled
+        )
+
+    return is_chatter
+
+
+is_chatter = _matcher(CHATTER)
+
+
+def demote(record: logging.LogRecord) -> logging.LogRecord:
+    """``record`` at DEBUG if it is chatter (see `CHATTER`), else unchanged."""
+    if (
+        record.levelno > logging.DEBUG
+        and isinstance(record.msg, str)
+        and is_chatter(record.name, record.msg.lstrip())
+    ):
+        record.levelno = logging.DEBUG
+        record.levelname = logging.getLevelName(logging.DEBUG)
+    return record
+
+
+def install() -> None:
+    """Demote chatter in every record made from now on in this process (idempotent)."""
+    factory = logging.getLogRecordFactory()
+    if getattr(factory, "streamapp_quiet", False):
+        return
+
+    def quiet_factory(*args: object, **kwargs: object) -> logging.LogRecord:
+        return demote(factory(*args, **kwargs))
+
+    quiet_factory.streamapp_quiet = True  # type: ignore[attr-defined]
+    logging.setLogRecordFactory(quiet_factory)

@@ -1,0 +1,93 @@
+"""The few broker operations streamapp's tests, benchmarks and demo need (aiokafka)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterable, Mapping
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import TopicAlreadyExistsError
+
+from streamapp.faust_compat.access import refresh_metadata
+
+
+async def create_topics(
+    bootstrap: str, partitions: Mapping[str, int], configs: Mapping[str, str] | None = None
+) -> None:
+    """Create the topics that do not exist yet (with ``configs``); existing ones are left as they
+    are (Faust creates its internal topics, not the sources of its agents)."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        existing = set(await admin.list_topics())
+        new = [
+            NewTopic(
+                name=name, num_partitions=n, replication_factor=1, topic_configs=dict(configs or {})
+            )
+            for name, n in partitions.items()
+            if name not in existing
+        ]
+        if new:
+            # Created concurrently (another worker, Faust itself) is fine.
+            with contextlib.suppress(TopicAlreadyExistsError):
+                await admin.create_topics(new)
+    finally:
+        await admin.close()
+
+
+async def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
+    """`create_topics` for one topic."""
+    await create_topics(bootstrap, {topic: partitions})
+
+
+async def produce(bootstrap: str, topic: str, seqs: range, key_of: Callable[[int], str]) -> None:
+    """One event per sequence number: key ``key_of(seq)``, value the number itself."""
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=20)
+    await producer.start()
+    try:
+        for seq in seqs:
+            await producer.send(topic, key=key_of(seq).encode(), value=str(seq).encode())
+        await producer.flush()
+    finally:
+        await producer.stop()
+
+
+async def partitions_of(consumer: AIOKafkaConsumer, topic: str) -> set[int]:
+    """The partitions of ``topic`` the broker has now (none if it does not exist)."""
+    # Fresh metadata: a topic created a moment ago may not be in the cached view yet.
+    await refresh_metadata(consumer)
+    return consumer.partitions_for_topic(topic) or set()
+
+
+async def partition_counts(bootstrap: str, topics: Iterable[str]) -> dict[str, int]:
+    """Partition count of every topic that exists, from the broker's metadata."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    await consumer.start()
+    try:
+        counts: dict[str, int] = {}
+        for topic in topics:
+            parts = await partitions_of(consumer, topic)
+            if parts:
+                counts[topic] = len(parts)
+        return counts
+    finally:
+        await consumer.stop()
+
+
+async def end_offsets(bootstrap: str, topics: Iterable[str]) -> dict[TopicPartition, int]:
+    """The end offset of every partition of ``topics`` (those that exist)."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    await consumer.start()
+    try:
+        tps = [
+            TopicPartition(t, p) for t in topics for p in sorted(await partitions_of(consumer, t))
+        ]
+        return dict(await consumer.end_offsets(tps)) if tps else {}
+    finally:
+        await consumer.stop()
+
+
+async def partition_ends(bootstrap: str, topic: str) -> dict[int, int]:
+    """Partition -> end offset, for one topic."""
+    return {tp.partition: end for tp, end in (await end_offsets(bootstrap, [topic])).items()}
