@@ -9,33 +9,44 @@ from pathlib import Path
 from typing import NoReturn
 
 from streamapp.kafka.broker import DEFAULT_PORT, BrokerError, LocalKafka, broker_status
-from streamapp.kafka.release import KAFKA_VERSION, KafkaJarsError, resolve_kafka_jars
+from streamapp.kafka.release import (
+    DEFAULT_KAFKA_VERSION,
+    KAFKA_VERSION_ENV,
+    TESTED_KAFKA_VERSIONS,
+    KafkaJarsError,
+    resolve_kafka_jars,
+)
 from streamapp.settings import add_setting_options
 from streamapp.worker import WORKER_DESCRIPTION, add_worker_arguments, run_worker
 
 
 def _kafka(args: argparse.Namespace) -> int:
-    broker = LocalKafka(
-        port=args.port, data_dir=Path(args.dir) if args.dir else None, ready_timeout=args.timeout
-    )
     try:
+        broker = LocalKafka(
+            port=args.port,
+            data_dir=Path(args.dir) if args.dir else None,
+            ready_timeout=args.timeout,
+            kafka_version=args.kafka_version,
+        )
         if args.action == "fetch":
-            print(resolve_kafka_jars())
+            print(resolve_kafka_jars(broker.release))
         elif args.action == "start":
             # One line on stderr per step (resolving the jars says so itself, first run only);
             # stdout is the bootstrap address alone, for scripts.
             running = broker_status(args.port)
+            if running is not None and running.kafka_version != broker.kafka_version:
+                broker.start()  # refuses, naming the release that runs there
             if running is not None:
                 print(
-                    f"streamapp: Kafka already runs on {running.bootstrap} "
-                    f"(pid {running.pid}, data in {running.data_dir})",
+                    f"streamapp: Kafka {running.kafka_version} already runs on "
+                    f"{running.bootstrap} (pid {running.pid}, data in {running.data_dir})",
                     file=sys.stderr,
                     flush=True,
                 )
                 print(running.bootstrap)
                 return 0
             print(
-                f"streamapp: starting Kafka {KAFKA_VERSION} (data in {broker.data_dir})",
+                f"streamapp: starting Kafka {broker.kafka_version} (data in {broker.data_dir})",
                 file=sys.stderr,
                 flush=True,
             )
@@ -56,7 +67,10 @@ def _kafka(args: argparse.Namespace) -> int:
             if state is None:
                 print(f"not running: no broker started by streamapp on port {args.port}")
                 return 3
-            print(f"running: {state.bootstrap} (pid {state.pid}, data in {state.data_dir})")
+            print(
+                f"running: {state.bootstrap} (Kafka {state.kafka_version}, pid {state.pid}, "
+                f"data in {state.data_dir})"
+            )
     except (BrokerError, KafkaJarsError) as exc:
         print(f"streamapp kafka {args.action}: {exc}", file=sys.stderr)
         return 1
@@ -251,7 +265,8 @@ def build_parser() -> argparse.ArgumentParser:
     kafka = commands.add_parser(
         "kafka",
         help="a real local Kafka broker (KRaft, 127.0.0.1 only)",
-        description=f"A real local Apache Kafka {KAFKA_VERSION} broker (KRaft mode, one "
+        description=f"A real local Apache Kafka broker ({DEFAULT_KAFKA_VERSION} unless "
+        "--kafka-version or $STREAMAPP_KAFKA_VERSION picks another; KRaft mode, one "
         "broker+controller, bound to 127.0.0.1 only), for development and the tests.",
     )
     actions = kafka.add_subparsers(
@@ -269,13 +284,24 @@ def build_parser() -> argparse.ArgumentParser:
         description="Start a broker: resolve its jars through Maven Central on the first run, "
         "format its storage, start it, wait until it answers, and print its bootstrap address "
         "(127.0.0.1:PORT) as the last line. The broker keeps running after this exits; a broker "
-        "streamapp started that already runs on the port is reused.",
+        "streamapp started that already runs on the port is reused if it runs the same Kafka "
+        "release, and refused otherwise.",
     )
+
+    def version_option(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument(
+            "--kafka-version",
+            metavar="VERSION",
+            help=f"the Apache Kafka release (default: ${KAFKA_VERSION_ENV}, else "
+            f"{DEFAULT_KAFKA_VERSION}); tested: {' and '.join(TESTED_KAFKA_VERSIONS)}, any "
+            "3.3+ or 4.x release is accepted",
+        )
+
     port_option(start)
     start.add_argument(
         "--dir",
         help="data and log directory; the broker's log stays there as broker.log "
-        "(default: under ~/.cache/streamapp, or $STREAMAPP_CACHE)",
+        "(default: under ~/.cache/streamapp, or $STREAMAPP_CACHE, one per port and version)",
     )
     start.add_argument(
         "--timeout",
@@ -283,6 +309,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=90.0,
         help="seconds to wait for the broker to answer (default: %(default)s)",
     )
+    version_option(start)
     stop = actions.add_parser(
         "stop",
         help="stop the broker streamapp started on a port",
@@ -297,12 +324,15 @@ def build_parser() -> argparse.ArgumentParser:
         "data is. Exit status 0 when it runs, 3 when it does not.",
     )
     port_option(status)
-    actions.add_parser(
+    fetch = actions.add_parser(
         "fetch",
         help="only resolve the broker's jars (first run: through Maven Central)",
-        description="Resolve the pinned Kafka release's jars into the cache and print where.",
+        description="Resolve a Kafka release's jars into the cache and print where.",
     )
-    kafka.set_defaults(handler=_kafka, port=DEFAULT_PORT, dir=None, timeout=90.0)
+    version_option(fetch)
+    kafka.set_defaults(
+        handler=_kafka, port=DEFAULT_PORT, dir=None, timeout=90.0, kafka_version=None
+    )
 
     group = commands.add_parser(
         "group",

@@ -104,6 +104,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--bootstrap", help="use this broker instead of starting one")
     p.add_argument("--port", type=int, default=0, help="port of the broker started (0: free)")
     p.add_argument(
+        "--kafka-version",
+        metavar="VERSION",
+        help="Apache Kafka release of the broker started, e.g. 3.9.1 "
+        "(default: $STREAMAPP_KAFKA_VERSION, else streamapp's default, 4.4.0)",
+    )
+    p.add_argument(
         "--data-dir", type=Path, help="broker and worker state (a temp dir when not given)"
     )
     p.add_argument(
@@ -250,8 +256,12 @@ def run_demo(args: argparse.Namespace) -> DemoResult:
             from streamapp.kafka import LocalKafka
             from streamapp.kafka.probe import free_port
 
-            say("starting the local Kafka broker")
-            broker = LocalKafka(port=args.port or free_port(), data_dir=data_dir / "kafka")
+            broker = LocalKafka(
+                port=args.port or free_port(),
+                data_dir=data_dir / "kafka",
+                kafka_version=args.kafka_version,
+            )
+            say(f"starting the local Kafka {broker.kafka_version} broker")
             bootstrap = broker.start()
         say(
             f"broker {bootstrap}, run {run_id}, {topology.processing_guarantee}, data in {data_dir}"

@@ -72,6 +72,9 @@ PRIVATE_NAMES: dict[str, tuple[str, ...]] = {
         "_client",  # static_membership wraps its send and close
     ),
     "faust.app.base:App": ("_new_transport", "_consumer"),
+    "aiokafka.consumer.group_coordinator:GroupCoordinator": (
+        "_perform_assignment",  # coordinator: an envelope aiokafka cannot decode is no crash
+    ),
     "aiokafka.consumer.group_coordinator:CoordinatorGroupRebalance": (
         "_send_sync_group_request",  # coordinator: error answers retried, not raised
         "_coordinator",

@@ -12,11 +12,19 @@ PreparingRebalance until the group's coordinator reloads it (a broker restart, o
 ends that state; what a worker can do is stay alive, keep its local state, say once what the
 broker answered, and keep trying.
 
-The broker's parser is stricter than aiokafka's (it throws on whatever aiokafka would fail to
-decode), so no leader is handed such a subscription: the group is stuck before a leader is.
+A Kafka 4.x broker (its group coordinator rewritten, KIP-848) does not parse that subscription
+as it completes the join: it logs a WARN and hands the bytes to the leader as they are. aiokafka's
+leader decodes every member's subscription before any assignor runs (``_perform_assignment``),
+and bytes it cannot decode (a length past the end: ``Buffer underrun decoding Bytes``; a null
+topic list) raised out of the rebalance and crashed the leader, seen on 4.4.0, depending on the
+bytes.
 
 So, installed once per process by `install` (from `streamapp.faust_compat.app`, which builds
 every worker's transport):
+
+- the leader reads a subscription aiokafka cannot decode as one with no topics whose user data
+  is the raw bytes: streamapp's assignor then finds metadata it cannot read, gives that member
+  no partitions and says so once, as for any member it cannot read, and the group goes on;
 
 - an unexpected error answer to JoinGroup or SyncGroup is not raised: the rebalance is given up
   and tried again, after a backoff that doubles from the consumer's ``retry_backoff_ms`` up to
@@ -32,6 +40,8 @@ so that an aiokafka upgrade that renames them fails loudly instead of silently u
 - ``aiokafka.consumer.group_coordinator.CoordinatorGroupRebalance``: methods
   ``perform_group_join`` and ``_send_sync_group_request`` (wrapped), attributes
   ``_coordinator``, ``group_id``, ``_retry_backoff_ms``;
+- ``aiokafka.consumer.group_coordinator.GroupCoordinator._perform_assignment`` (wrapped), and
+  the ``members`` of the JoinGroup response it is given;
 - the logger ``aiokafka.consumer.group_coordinator`` and its two messages for unexpected
   answers.
 """
@@ -46,6 +56,7 @@ from typing import Any
 
 from aiokafka import errors as kafka_errors
 from aiokafka.consumer import group_coordinator as aiokafka_gc
+from aiokafka.coordinator.protocol import ConsumerProtocol, ConsumerProtocolMemberMetadata
 
 logger = logging.getLogger(__name__)
 
@@ -159,6 +170,41 @@ async def _send_sync_group_request(self: Any, request: Any) -> Any:
         raise
 
 
+def _decodes(envelope: bytes) -> bool:
+    """Whether aiokafka's leader can read this subscription envelope as it reads them."""
+    try:
+        subscription = ConsumerProtocol.METADATA.decode(envelope).subscription
+    except Exception:  # aiokafka's decoder raises ValueError, struct.error, ...
+        return False
+    # A null topic list decodes to None, which aiokafka then fails to iterate.
+    return isinstance(subscription, list) and all(isinstance(t, str) for t in subscription)
+
+
+def readable_members(members: list[Any]) -> list[Any]:
+    """``members`` of a JoinGroup response, each envelope aiokafka cannot decode rewritten.
+
+    A member is ``(member_id, metadata)`` or ``(member_id, group_instance_id, metadata)``. The
+    rewrite keeps the raw bytes as user data under no topics, so streamapp's assignor judges
+    them (it cannot read them: no partitions for that member) rather than aiokafka's decoder.
+    """
+    readable = []
+    for member in members:
+        *head, envelope = member
+        if not _decodes(envelope):
+            envelope = ConsumerProtocolMemberMetadata(0, [], bytes(envelope)).encode()
+            member = (*head, envelope)
+        readable.append(member)
+    return readable
+
+
+async def _perform_assignment(self: Any, response: Any) -> Any:
+    response.members = readable_members(list(response.members))
+    return await _original_perform_assignment(self, response)
+
+
+_original_perform_assignment: Callable[[Any, Any], Awaitable[Any]] = (
+    aiokafka_gc.GroupCoordinator._perform_assignment
+)
 _original_perform_group_join: Callable[[Any], Awaitable[Any]] = (
     aiokafka_gc.CoordinatorGroupRebalance.perform_group_join
 )
@@ -177,4 +223,5 @@ def install() -> None:
     rebalance = aiokafka_gc.CoordinatorGroupRebalance
     rebalance.perform_group_join = _perform_group_join
     rebalance._send_sync_group_request = _send_sync_group_request
+    aiokafka_gc.GroupCoordinator._perform_assignment = _perform_assignment
     logging.getLogger(aiokafka_gc.__name__).addFilter(_AiokafkaAnswerFilter())

@@ -21,12 +21,22 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from streamapp.kafka.probe import broker_answers_metadata, free_port, port_in_use
-from streamapp.kafka.release import KAFKA_VERSION, cache_root, resolve_kafka_jars
+from streamapp.kafka.release import (
+    KafkaRelease,
+    KafkaVersionError,
+    cache_root,
+    kafka_release,
+    resolve_kafka_jars,
+)
 
 HOST = "127.0.0.1"
 DEFAULT_PORT = 9092
 _HEAP = "-Xmx512m"
 _STATE_FILE = "broker.json"
+#: Written when storage is formatted: which release's storage a data dir holds.
+_VERSION_FILE = "kafka-version"
+#: Registry entries written before the version was recorded were all of the old pin.
+_UNRECORDED_VERSION = "3.9.1"
 
 
 class BrokerError(RuntimeError):
@@ -39,6 +49,7 @@ class BrokerState:
     port: int
     controller_port: int
     data_dir: str
+    kafka_version: str = _UNRECORDED_VERSION
 
     @property
     def bootstrap(self) -> str:
@@ -49,8 +60,11 @@ def _registry_entry(port: int) -> Path:
     return cache_root() / "brokers" / f"{port}.json"
 
 
-def default_data_dir(port: int) -> Path:
-    return cache_root() / "brokers" / f"broker-{port}"
+def default_data_dir(port: int, release: KafkaRelease | None = None) -> Path:
+    # One dir per release: Kafka cannot start on storage a newer release formatted, so a
+    # default dir shared between versions would break the first time one picks 3.9.1 again.
+    release = release or kafka_release()
+    return cache_root() / "brokers" / f"broker-{port}-kafka-{release.version}"
 
 
 def _pid_alive(pid: int) -> bool:
@@ -89,6 +103,7 @@ def _read_state(port: int) -> BrokerState | None:
             port=int(raw["port"]),
             controller_port=int(raw["controller_port"]),
             data_dir=str(raw["data_dir"]),
+            kafka_version=str(raw.get("kafka_version", _UNRECORDED_VERSION)),
         )
     except (OSError, ValueError, KeyError, TypeError):
         return None
@@ -146,6 +161,24 @@ def _server_properties(port: int, controller_port: int, data_dir: Path) -> str:
     return "".join(f"{key}={value}\n" for key, value in settings.items())
 
 
+def _log4j2_properties(log_file: Path) -> str:
+    """The same logging as `_log4j_properties`, in log4j2's properties format (Kafka 4.x)."""
+    return (
+        "status=warn\n"
+        "appender.file.type=File\n"
+        "appender.file.name=FILE\n"
+        f"appender.file.fileName={log_file}\n"
+        "appender.file.layout.type=PatternLayout\n"
+        "appender.file.layout.pattern=[%d] %p %m (%c)%n\n"
+        "rootLogger.level=INFO\n"
+        "rootLogger.appenderRef.file.ref=FILE\n"
+        "logger.request.name=kafka.request.logger\n"
+        "logger.request.level=WARN\n"
+        "logger.controller.name=org.apache.kafka.controller\n"
+        "logger.controller.level=INFO\n"
+    )
+
+
 def _log4j_properties(log_file: Path) -> str:
     return (
         "log4j.rootLogger=INFO, file\n"
@@ -182,10 +215,22 @@ class LocalKafka:
         port: int = DEFAULT_PORT,
         data_dir: str | Path | None = None,
         ready_timeout: float = 90.0,
+        kafka_version: str | None = None,
     ) -> None:
+        """``kafka_version`` None: ``$STREAMAPP_KAFKA_VERSION``, else the default (4.4.0)."""
+        try:
+            self.release = kafka_release(kafka_version)
+        except KafkaVersionError as exc:
+            raise BrokerError(str(exc)) from exc
         self.port = port
-        self.data_dir = Path(data_dir) if data_dir is not None else default_data_dir(port)
+        self.data_dir = (
+            Path(data_dir) if data_dir is not None else default_data_dir(port, self.release)
+        )
         self.ready_timeout = ready_timeout
+
+    @property
+    def kafka_version(self) -> str:
+        return self.release.version
 
     @property
     def bootstrap(self) -> str:
@@ -199,23 +244,36 @@ class LocalKafka:
         """Start the broker (or find the one already running) and return its bootstrap address."""
         running = broker_status(self.port)
         if running is not None:
+            if running.kafka_version != self.kafka_version:
+                raise BrokerError(
+                    f"port {self.port} already runs Kafka {running.kafka_version} started by "
+                    f"streamapp, not {self.kafka_version}: stop it first "
+                    f"(`streamapp kafka stop --port {self.port}`) or choose another --port"
+                )
             return running.bootstrap
         if port_in_use(HOST, self.port):
             raise BrokerError(
                 f"port {self.port} is taken by a process streamapp did not start: "
                 "stop it or choose another port with --port"
             )
+        self._check_storage_version()
         java = _java()
         try:
-            jars = resolve_kafka_jars()
+            jars = resolve_kafka_jars(self.release)
         except RuntimeError as exc:
             raise BrokerError(str(exc)) from exc
         self.data_dir.mkdir(parents=True, exist_ok=True)
         controller_port = free_port(HOST)
         config = self.data_dir / "server.properties"
         config.write_text(_server_properties(self.port, controller_port, self.data_dir))
-        log4j = self.data_dir / "log4j.properties"
-        log4j.write_text(_log4j_properties(self.log_file))
+        if self.release.uses_log4j2:
+            log_config = self.data_dir / "log4j2.properties"
+            log_config.write_text(_log4j2_properties(self.log_file))
+            log_flag = f"-Dlog4j2.configurationFile={log_config}"
+        else:
+            log_config = self.data_dir / "log4j.properties"
+            log_config.write_text(_log4j_properties(self.log_file))
+            log_flag = f"-Dlog4j.configuration=file:{log_config}"
         jvm = [
             java,
             _HEAP,
@@ -224,7 +282,7 @@ class LocalKafka:
             "-XX:+ExitOnOutOfMemoryError",
             "-XX:TieredStopAtLevel=1",  # C1 only: faster start, ample for a dev broker
             "-Djava.awt.headless=true",
-            f"-Dlog4j.configuration=file:{log4j}",
+            log_flag,
             f"-Dkafka.logs.dir={self.data_dir}",
             "-cp",
             f"{jars}/*",
@@ -240,10 +298,25 @@ class LocalKafka:
             start_new_session=True,  # outlive the command that started it
         )
         console.close()
-        state = BrokerState(process.pid, self.port, controller_port, str(self.data_dir))
+        state = BrokerState(
+            process.pid, self.port, controller_port, str(self.data_dir), self.kafka_version
+        )
         _write_state(state)
         self._wait_ready(process)
         return self.bootstrap
+
+    def _check_storage_version(self) -> None:
+        """Refuse a data dir another release formatted, before Kafka fails on it obscurely."""
+        try:
+            formatted_by = (self.data_dir / _VERSION_FILE).read_text().strip()
+        except OSError:
+            return  # a new dir, or one formatted before the version was recorded
+        if formatted_by and formatted_by != self.kafka_version:
+            raise BrokerError(
+                f"{self.data_dir} holds the storage of Kafka {formatted_by}, not "
+                f"{self.kafka_version}: start it with --kafka-version {formatted_by}, "
+                "or choose another --dir"
+            )
 
     def _format_storage(self, jvm: list[str], config: Path) -> None:
         result = subprocess.run(
@@ -265,6 +338,7 @@ class LocalKafka:
             raise BrokerError(
                 f"formatting Kafka storage in {self.data_dir} failed: " + " | ".join(tail)
             )
+        (self.data_dir / _VERSION_FILE).write_text(self.kafka_version + "\n")
 
     def _wait_ready(self, process: subprocess.Popen[bytes]) -> None:
         deadline = time.monotonic() + self.ready_timeout
@@ -315,7 +389,6 @@ class LocalKafka:
 
 __all__ = [
     "DEFAULT_PORT",
-    "KAFKA_VERSION",
     "BrokerError",
     "BrokerState",
     "LocalKafka",

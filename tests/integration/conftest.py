@@ -1,7 +1,9 @@
 """A real Kafka broker (KRaft, loopback) for the whole integration session.
 
 Integration tests never skip for lack of a broker: this fixture starts one, from the jars
-`streamapp kafka fetch` resolves, and fails loudly if it cannot.
+`streamapp kafka fetch` resolves, and fails loudly if it cannot. Its release is the default
+(4.4.0) unless ``STREAMAPP_KAFKA_VERSION`` picks another: `make integration` runs the suite on
+4.4.0, then the broker- and protocol-sensitive modules on 3.9.1.
 """
 
 from __future__ import annotations
@@ -10,8 +12,13 @@ from collections.abc import Iterator
 
 import pytest
 
-from streamapp.kafka import LocalKafka
+from streamapp.kafka import LocalKafka, kafka_release
 from streamapp.kafka.probe import free_port
+
+
+def pytest_report_header() -> str:
+    # Which release this run tested is the first thing to know when it fails on only one.
+    return f"kafka: {kafka_release().version} (STREAMAPP_KAFKA_VERSION to choose)"
 
 
 @pytest.fixture(scope="session")

@@ -13,7 +13,6 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from streamapp.kafka import LocalKafka, broker_status
 from streamapp.kafka.probe import broker_answers_metadata, free_port
-from streamapp.kafka.release import KAFKA_VERSION
 
 
 async def test_produce_consume_round_trip(kafka_bootstrap: str) -> None:
@@ -133,14 +132,23 @@ def test_cli_start_says_one_line_per_step(kafka_broker: LocalKafka, tmp_path: Pa
         assert started.stdout == f"{bootstrap}\n"  # the address alone, for scripts
         # The jars are cached (the session's broker resolved them): two steps, two lines.
         assert started.stderr.splitlines() == [
-            f"streamapp: starting Kafka {KAFKA_VERSION} (data in {tmp_path / 'k'})",
+            f"streamapp: starting Kafka {kafka_broker.kafka_version} (data in {tmp_path / 'k'})",
             f"streamapp: Kafka ready on {bootstrap} (its log: {tmp_path / 'k' / 'broker.log'})",
         ]
         again = _cli_kafka("start", *where)
         assert again.returncode == 0, again.stderr
         assert again.stdout == f"{bootstrap}\n"
         (line,) = again.stderr.splitlines()
-        assert line.startswith(f"streamapp: Kafka already runs on {bootstrap} (pid ")
+        assert line.startswith(
+            f"streamapp: Kafka {kafka_broker.kafka_version} already runs on {bootstrap} (pid "
+        )
+        # Another release on that port is refused, not handed the running one.
+        other = "3.9.1" if kafka_broker.release.major >= 4 else "4.4.0"
+        refused = _cli_kafka("start", *where, "--kafka-version", other)
+        assert refused.returncode == 1
+        assert f"already runs Kafka {kafka_broker.kafka_version} started by streamapp, not " in (
+            refused.stderr
+        )
     finally:
         stopped = _cli_kafka("stop", "--port", port)
         assert stopped.returncode == 0, stopped.stderr

@@ -99,6 +99,26 @@ def test_kafka_start_help_is_its_own() -> None:
     assert "print its bootstrap address (127.0.0.1:PORT) as the last line" in text
     assert "--timeout TIMEOUT seconds to wait for the broker to answer (default: 90.0)" in text
     assert _help("kafka", "stop").startswith("usage: streamapp kafka stop [-h] [--port PORT]")
+    assert (
+        "--kafka-version VERSION the Apache Kafka release (default: $STREAMAPP_KAFKA_VERSION, "
+        "else 4.4.0); tested: 4.4.0 and 3.9.1" in text
+    )
+    assert "--kafka-version VERSION" in _help("kafka", "fetch")
+
+
+def test_kafka_refuses_a_release_it_cannot_run_in_one_line(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "streamapp", "kafka", "fetch", "--kafka-version", "2.8.1"],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={"STREAMAPP_CACHE": str(tmp_path), "PATH": "/usr/bin:/bin"},
+    )
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [
+        "streamapp kafka fetch: --kafka-version=2.8.1: the local broker runs Kafka 3.3 to 4.x "
+        "(KRaft, no ZooKeeper); tested: 4.4.0, 3.9.1"
+    ]
 
 
 def test_group_help_names_what_it_shows() -> None:
