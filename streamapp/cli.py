@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -384,14 +385,26 @@ def build_parser() -> argparse.ArgumentParser:
 _PASSTHROUGH = {"plan": _plan, "demo": _demo}
 
 
+#: The exit status of a process that a closed pipe stopped (128 + SIGPIPE), as for `cat` or `grep`.
+EXIT_BROKEN_PIPE = 141
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] in _PASSTHROUGH:
-        rest = argparse.Namespace(plan_args=argv[1:], demo_args=argv[1:])
-        return _PASSTHROUGH[argv[0]](rest)
-    args = build_parser().parse_args(argv)
-    handler = args.handler
-    return int(handler(args))
+    try:
+        if argv and argv[0] in _PASSTHROUGH:
+            rest = argparse.Namespace(plan_args=argv[1:], demo_args=argv[1:])
+            return _PASSTHROUGH[argv[0]](rest)
+        args = build_parser().parse_args(argv)
+        handler = args.handler
+        return int(handler(args))
+    except BrokenPipeError:
+        # The reader went away (`streamapp plan big.json | head`): stop quietly, as Unix tools do.
+        # Standard output is pointed at /dev/null so that Python's flush at exit does not raise
+        # the same error again as an "Exception ignored" message.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
 
 
 if __name__ == "__main__":

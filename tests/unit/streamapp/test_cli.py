@@ -168,3 +168,27 @@ def test_group_refusals_before_the_broker_are_one_line_and_exit_2() -> None:
         assert result.stdout == ""
         lines = result.stderr.splitlines()
         assert len(lines) == 1 and lines[0].startswith(expected), result.stderr
+
+
+def test_plan_into_a_pipe_closed_early_stops_without_a_traceback(tmp_path: Path) -> None:
+    # Big enough that the JSON result outgrows the pipe's buffer, so the write after the reader
+    # left really fails.
+    scenario = {
+        "topics": {"orders": 50_000},
+        "members": {
+            f"m{i}": {"client_id": f"worker-{i}", "subscription": ["orders"]} for i in range(4)
+        },
+    }
+    path = tmp_path / "big.json"
+    path.write_text(json.dumps(scenario))
+    process = subprocess.Popen(
+        [sys.executable, "-m", "streamapp", "plan", str(path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert process.stdout is not None and process.stderr is not None
+    assert process.stdout.readline().strip() == b"{"
+    process.stdout.close()  # what `| head -1` does after its line
+    stderr = process.stderr.read().decode()
+    assert process.wait(timeout=120) == 141
+    assert stderr == ""
