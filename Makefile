@@ -26,12 +26,18 @@ help:
 	@echo "make bench       benchmarks against the peers, printed as tables with ratios"
 	@echo "make demo        the ad-click demo (same as 'streamapp demo')"
 
+# pip's and setuptools' chatter (build warnings, deprecations) goes to build/pip-install.log: one
+# line here, the log's tail if pip fails.
+PIP_LOG := build/pip-install.log
+
 $(PY):
-	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
+	@mkdir -p build; echo "creating the virtual environment $(VENV) (log: $(PIP_LOG))"
+	@$(PYTHON) -m venv $(VENV)
+	@$(PY) -m pip install --upgrade pip >$(PIP_LOG) 2>&1 || { tail -30 $(PIP_LOG); exit 1; }
 
 $(STAMP): pyproject.toml | $(PY)
-	$(PY) -m pip install -q -e ".[$(EXTRAS)]"
+	@mkdir -p build; echo "installing streamapp with extras $(EXTRAS) into $(VENV) (log: $(PIP_LOG))"
+	@$(PY) -m pip install -e ".[$(EXTRAS)]" >>$(PIP_LOG) 2>&1 || { tail -30 $(PIP_LOG); exit 1; }
 	@rm -f $(VENV)/.installed-*
 	@touch $@
 
@@ -40,7 +46,7 @@ venv: $(STAMP)
 # Resolves the Kafka release (4.4.0, or $$STREAMAPP_KAFKA_VERSION) through Maven Central into
 # ~/.cache/streamapp (first run only).
 kafka-jars: venv
-	$(BIN)/streamapp kafka fetch
+	@jars=$$($(BIN)/streamapp kafka fetch) && echo "Kafka jars: $$jars"
 
 lint: venv
 	$(BIN)/ruff check .
@@ -85,7 +91,7 @@ bench: venv kafka-jars
 	@for b in bench/*.py; do m=$$(basename $$b .py); echo "== bench.$$m"; $(PY) -m bench.$$m || exit 1; done
 
 demo: venv kafka-jars
-	$(BIN)/streamapp demo
+	@$(BIN)/streamapp demo
 
 clean:
 	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache .pytest_cache .hypothesis
