@@ -27,6 +27,7 @@ from typing import Any
 
 from faust.types import TP
 
+from assignor.faust_names import is_leader_topic
 from assignor.metadata_codec import MemberAssignment
 from standby.followup import FollowupScheduler
 from standby.lag import FalseOffsets, OffsetReportCheck, Readiness, lags
@@ -63,13 +64,9 @@ def _tps(tps: Mapping[str, Sequence[int]]) -> set[TP]:
     return {TP(topic, p) for topic, ps in tps.items() for p in ps}
 
 
-#: How the name of Faust's leader topic ends: one partition of machinery, not work.
-_LEADER_TOPIC_SUFFIX = "-__assignor-__leader"
-
-
 def _tasks_text(tps: Iterable[TP]) -> str:
     """``"orders 0, 1; totals-changelog 2"``: partitions by topic, Faust's leader topic left out."""
-    parts = {t: ps for t, ps in by_topic(tps).items() if not t.endswith(_LEADER_TOPIC_SUFFIX)}
+    parts = {t: ps for t, ps in by_topic(tps).items() if not is_leader_topic(t)}
     return "; ".join(f"{t} {', '.join(map(str, ps))}" for t, ps in sorted(parts.items())) or "-"
 
 

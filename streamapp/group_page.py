@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from assignor.faust_names import is_leader_topic
 from assignor.natural import natural_key
 
 #: Rebalances the page lists, newest first.
@@ -67,7 +68,8 @@ def _worker(url: str, view: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _sorted_parts(parts: Mapping[str, Iterable[int]]) -> dict[str, list[int]]:
-    return {t: sorted(ps) for t, ps in sorted(parts.items()) if ps}
+    shown = ((t, sorted(ps)) for t, ps in sorted(parts.items()) if not is_leader_topic(t))
+    return {t: ps for t, ps in shown if ps}
 
 
 def _partitions(workers: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, list[str]]]]:

@@ -36,6 +36,7 @@ from aiokafka.coordinator.protocol import (
 )
 
 import assignor
+from assignor.faust_names import is_leader_topic
 from assignor.metadata_codec import (
     MemberAssignment,
     MemberMetadata,
@@ -232,10 +233,6 @@ def _partition_list(partitions: Sequence[int]) -> str:
     return ",".join(str(p) for p in partitions)
 
 
-#: How the name of Faust's leader topic ends (``<app id>-__assignor-__leader``).
-LEADER_TOPIC_SUFFIX = "-__assignor-__leader"
-
-
 def _share_lines(kind: str, tps: Mapping[str, Sequence[int]], lag: Offsets) -> list[str]:
     if not tps:
         return [f"  {kind:<8} -"]
@@ -273,8 +270,7 @@ def format_group(view: GroupView) -> str:
             lines.append(f"  unreadable: {m.unreadable}")
         share = m.assignment or MemberAssignment(generation=-1)
         lag = view.lag(m)
-        # Faust's one-partition leader topic is machinery, not work: the JSON keeps it.
-        work = {t: ps for t, ps in share.active.items() if not t.endswith(LEADER_TOPIC_SUFFIX)}
+        work = {t: ps for t, ps in share.active.items() if not is_leader_topic(t)}
         lines += _share_lines("active", work, {})
         lines += _share_lines("standby", share.standby, lag)
         lines += _share_lines("warmup", share.warmup, lag)

@@ -18,6 +18,7 @@ import pytest
 
 from streamapp.testing.kafka_io import create_topic, produce
 from streamapp.testing.worker import REPO_ROOT, WorkerProcess
+from tests.paths import artifact
 
 from .workers import wait_for_workers
 
@@ -153,6 +154,7 @@ def test_group_shows_what_every_worker_holds(
     assert text.splitlines()[0].startswith(f"group {APP_ID}: Stable, protocol streamapp")
     assert text.index("\nworker-1 ") < text.index("\nworker-2 ") < text.index("\nworker-10 ")
     assert "rack rack-b" in text
+    artifact("group-table.txt").write_text(text, encoding="utf-8")
 
 
 def test_what_if_leave_moves_the_leavers_actives_only(

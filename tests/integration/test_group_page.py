@@ -4,7 +4,7 @@ Chromium (Debian's ``chromium`` package, installed by ``make browser`` before th
 tests) loads one worker's page, runs its script, and dumps the DOM it drew from
 ``GET /streamapp/group``: every worker must appear, and every partition of the source topic with
 the worker that says, in its own ``/streamapp/assignment``, that it holds it. A screenshot of
-the page is saved under the test's tmp dir; its path is printed.
+the page is saved as build/test-artifacts/group-page.png; its path is printed.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import pytest
 from streamapp.testing.kafka_io import create_topic, produce
 from streamapp.testing.worker import WorkerProcess
 from tests.integration.apps.page_counter import APP_ID, PARTITIONS
+from tests.paths import artifact
 
 from .workers import wait_for_workers
 
@@ -137,7 +138,7 @@ def test_page_shows_every_worker_and_who_holds_each_partition(
     source_rows = {p: holder for (topic, p), holder in drawn.partitions.items() if topic == TOPIC}
     assert source_rows == before, dom
 
-    screenshot = tmp_path / "group-page.png"
+    screenshot = artifact("group-page.png")
     _chromium_run(url, tmp_path / "profile", f"--screenshot={screenshot}", "--window-size=1280,900")
     assert screenshot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     print(f"group page screenshot: {screenshot}")

@@ -114,3 +114,10 @@ def test_an_empty_group_has_no_generation() -> None:
     picture = group_picture({}, {"http://x": "refused"}, source="http://x")
     assert picture["generation"] is None
     assert picture["workers"] == [] and picture["partitions"] == {} and picture["history"] == []
+
+
+def test_fausts_leader_topic_is_left_out_of_the_picture() -> None:
+    views = {"a": _view("a", 2, active={"app-__assignor-__leader": [0], "t": [0]})}
+    picture = group_picture(views, {}, source="a")
+    assert picture["workers"][0]["active"] == {"t": [0]}
+    assert set(picture["partitions"]) == {"t"}
