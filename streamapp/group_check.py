@@ -12,12 +12,11 @@ the broker's error (see README, "Moving an app from stock Faust").
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from dataclasses import dataclass
 
-from aiokafka.admin import AIOKafkaAdminClient
-from aiokafka.errors import KafkaError
+from streamapp.group_read import BrokerUnavailable, describe_group
+from streamapp.group_view import GroupViewError
 
 logger = logging.getLogger(__name__)
 
@@ -52,21 +51,13 @@ async def find_foreign_group(
     asked: the worker then starts as usual and Faust reports a broker it
     cannot reach in its own way.
     """
-    admin = AIOKafkaAdminClient(
-        bootstrap_servers=bootstrap, request_timeout_ms=int(timeout_s * 1000)
-    )
     try:
-        await asyncio.wait_for(admin.start(), timeout_s)
-        responses = await asyncio.wait_for(admin.describe_consumer_groups([group_id]), timeout_s)
-    except (TimeoutError, KafkaError, OSError) as exc:
-        logger.debug("streamapp: could not describe group %r: %r", group_id, exc)
+        group = await describe_group(bootstrap, group_id, timeout_s=timeout_s)
+    except (BrokerUnavailable, GroupViewError) as exc:
+        logger.debug("streamapp: could not describe group %r: %s", group_id, exc)
         return None
-    finally:
-        await admin.close()
-    for response in responses:
-        for error_code, gid, _state, protocol_type, protocol, members, *_ in response.groups:
-            if error_code or gid != group_id or protocol_type != "consumer":
-                continue
-            if members and protocol and protocol != ours:
-                return ForeignGroup(gid, protocol, len(members))
+    if group.protocol_type != "consumer" or not group.members:
+        return None
+    if group.protocol and group.protocol != ours:
+        return ForeignGroup(group.group_id, group.protocol, len(group.members))
     return None
