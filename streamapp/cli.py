@@ -18,7 +18,12 @@ from streamapp.kafka.release import (
     resolve_kafka_jars,
 )
 from streamapp.settings import add_setting_options
-from streamapp.worker import WORKER_DESCRIPTION, add_worker_arguments, run_worker
+from streamapp.worker import (
+    WORKER_DESCRIPTION,
+    add_app_arguments,
+    add_worker_arguments,
+    run_worker,
+)
 
 
 def _kafka(args: argparse.Namespace) -> int:
@@ -246,14 +251,9 @@ def build_parser() -> argparse.ArgumentParser:
         "nothing, when topics that must be co-partitioned would differ in partition count.",
     )
     topics.add_argument("action", choices=["create"], help="create the missing source topics")
-    topics.add_argument(
-        "-A",
-        "--app",
-        required=True,
-        metavar="MODULE:APP",
-        help="the app whose source topics to create, e.g. examples.adclick.app:app",
+    add_app_arguments(
+        topics, app_help="the app whose source topics to create, e.g. examples.adclick.app:app"
     )
-    topics.add_argument("--broker", help="Kafka bootstrap address (default: the app's broker)")
     topics.add_argument(
         "--replication-factor",
         type=int,

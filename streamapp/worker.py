@@ -76,15 +76,14 @@ WORKER_DESCRIPTION = (
 )
 
 
-def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "-A",
-        "--app",
-        required=True,
-        metavar="MODULE:APP",
-        help="the streamapp.App to run, e.g. examples.adclick.app:app",
-    )
+def add_app_arguments(parser: argparse.ArgumentParser, *, app_help: str) -> None:
+    """``-A/--app MODULE:APP`` and ``--broker``, as every command that loads an app spells them."""
+    parser.add_argument("-A", "--app", required=True, metavar="MODULE:APP", help=app_help)
     parser.add_argument("--broker", help="Kafka bootstrap address (default: the app's broker)")
+
+
+def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
+    add_app_arguments(parser, app_help="the streamapp.App to run, e.g. examples.adclick.app:app")
     parser.add_argument(
         "--web-port",
         type=int,
