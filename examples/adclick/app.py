@@ -19,7 +19,7 @@ import concurrent.futures
 import json
 from typing import Any
 
-from faust.serializers.codecs import Codec
+from faust.types.codecs import CodecT
 from mode import BaseSignalT
 
 from examples.adclick import attribution as rule
@@ -50,18 +50,23 @@ app = App(
 )
 
 
-class _ModelCodec(Codec):
+class _ModelCodec(CodecT):
     """The model's wire format as a Faust codec: a topic's values decoded into its records."""
 
-    def __init__(self, decode: Any) -> None:
-        super().__init__()
-        self._decode = decode
+    def __init__(self, decode: Any = None, **kwargs: Any) -> None:
+        self.decode = decode
 
-    def _loads(self, s: bytes) -> Any:
-        return self._decode(s)  # raises DecodeError: the record goes to the dead letters
+    def loads(self, s: bytes) -> Any:
+        return self.decode(s)  # raises DecodeError: the record goes to the dead letters
 
-    def _dumps(self, obj: Any) -> bytes:
+    def dumps(self, obj: Any) -> bytes:
         return encode_record(obj)
+
+    def clone(self, *children: CodecT) -> CodecT:
+        raise NotImplementedError("the demo's codecs are not chained")
+
+    def __or__(self, other: Any) -> Any:
+        raise NotImplementedError("the demo's codecs are not chained")
 
 
 _raw: dict[str, Any] = {
