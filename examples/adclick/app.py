@@ -1,13 +1,15 @@
-"""The ad-click join as a `streamapp.App`: run it with
+"""The ad-click demo as a `streamapp.App`: run it with
 
     streamapp worker -A examples.adclick.app:app --broker 127.0.0.1:9092 --web-port 6066
 
-Impressions and clicks (co-partitioned by auction id) are joined per partition
-through two changelog-backed tables; attributed clicks go to the output topic
-and, repartitioned by campaign, into a per-campaign aggregate table. What to do
-with each record is decided in `examples.adclick.join`; this module only reads
-and writes tables and topics. Settings come from ``ADCLICK_*`` variables (see
-`examples.adclick.topology`).
+Clicks are joined with the impression of their auction by `streamapp.joins.windowed_join`
+(a left join, clicks on the left, both topics keyed and co-partitioned by auction id); the
+framework keeps both sides in changelog-backed tables, expires them by event time and checks
+the co-partitioning at startup. This module keeps the business logic: which click is
+attributed (`examples.adclick.attribution`), what is counted, and the per-campaign aggregate
+over the attributions and impressions repartitioned by campaign. Undecodable records go to
+the dead-letter topic through the app's ``bad_record_policy``. Settings come from
+``ADCLICK_*`` variables (see `examples.adclick.topology`).
 """
 
 from __future__ import annotations
@@ -15,26 +17,20 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import json
-import logging
-import sys
 from typing import Any
 
-from faust.types import TP
+from faust.types.codecs import CodecT
 from mode import BaseSignalT
 
-from examples.adclick import join
-from examples.adclick.kafka_io import create_topics, partition_counts
-from examples.adclick.model import DecodeError, decode_attribution, decode_click, decode_impression
+from examples.adclick import attribution as rule
+from examples.adclick.kafka_io import create_topics
+from examples.adclick.model import decode_attribution, decode_click, decode_impression
 from examples.adclick.model import encode as encode_record
-from examples.adclick.topology import CopartitionError, Topology, check_copartitioned
+from examples.adclick.topology import JOIN_NAME, Topology
 from streamapp import App
-from streamapp.faust_compat import access as faust_compat_access
-
-log = logging.getLogger(__name__)
+from streamapp.joins import JoinRecord, JoinResult, Outcome, Side, windowed_join
 
 topology = Topology.from_env()
-window = join.JoinWindow(size_ms=topology.window_ms, grace_ms=topology.grace_ms)
-buckets = join.ExpiryBuckets(width_ms=topology.expiry_bucket_ms)
 
 app = App(
     topology.app_id,
@@ -43,7 +39,9 @@ app = App(
     # source topics as it declares them; the demo, its tests and the benchmark create them first.
     create_source_topics=True,
     processing_guarantee=topology.processing_guarantee,
-    # Table keys and values (auction ids, JSON states, counts) on their changelogs.
+    bad_record_policy="dead-letter",
+    dead_letter_topic=topology.dead_letters,
+    # Table keys and values (counter names, counts, campaign totals) on their changelogs.
     key_serializer="json",
     value_serializer="json",
     # A crashed worker's partitions move after 10 s instead of Faust's default 60 s.
@@ -51,15 +49,48 @@ app = App(
     broker_heartbeat_interval=2.0,
 )
 
+
+class _ModelCodec(CodecT):
+    """The model's wire format as a Faust codec: a topic's values decoded into its records."""
+
+    def __init__(self, decode: Any = None, **kwargs: Any) -> None:
+        self.decode = decode
+
+    def loads(self, s: bytes) -> Any:
+        return self.decode(s)  # raises DecodeError: the record goes to the dead letters
+
+    def dumps(self, obj: Any) -> bytes:
+        return encode_record(obj)
+
+    def clone(self, *children: CodecT) -> CodecT:
+        raise NotImplementedError("the demo's codecs are not chained")
+
+    def __or__(self, other: Any) -> Any:
+        raise NotImplementedError("the demo's codecs are not chained")
+
+
 _raw: dict[str, Any] = {
     "key_type": bytes,
     "value_type": bytes,
     "key_serializer": "raw",
     "value_serializer": "raw",
 }
-sources = app.topic(topology.impressions, topology.clicks, partitions=topology.partitions, **_raw)
+# Keyed by auction id (UTF-8); values decoded into the model's records (or refused).
+impressions_topic = app.topic(
+    topology.impressions,
+    partitions=topology.partitions,
+    key_type=str,
+    key_serializer="raw",
+    value_serializer=_ModelCodec(decode_impression),
+)
+clicks_topic = app.topic(
+    topology.clicks,
+    partitions=topology.partitions,
+    key_type=str,
+    key_serializer="raw",
+    value_serializer=_ModelCodec(decode_click),
+)
 attributed_topic = app.topic(topology.attributed, partitions=topology.partitions, **_raw)
-dead_letter_topic = app.topic(topology.dead_letters, partitions=1, **_raw)
 campaign_sources = app.topic(
     topology.campaign_impressions,
     topology.campaign_clicks,
@@ -73,233 +104,68 @@ campaign_clicks_topic = app.topic(
     topology.campaign_clicks, partitions=topology.campaign_partitions, **_raw
 )
 
-# auction id -> ImpressionState JSON; plus this partition's expiry index entries.
-impressions = app.Table("impressions", partitions=topology.partitions)
-# auction id -> clicks that came before their impression; plus its expiry index.
-pending_clicks = app.Table("pending-clicks", partitions=topology.partitions)
 # "<outcome>/p<partition>" -> count of clicks (or records) with that outcome.
 counters = app.Table("counters", partitions=topology.partitions, default=int)
 # campaign -> {"impressions", "clicks", "spend_micros"}
 campaign_stats = app.Table("campaign-stats", partitions=topology.campaign_partitions)
 
-# The index keys share the tables with auction ids; model.RESERVED_KEY_PREFIX keeps them apart.
-LIVE_BUCKETS = "~expiry/live"
+
+window = rule.AttributionWindow(size_ms=topology.window_ms, grace_ms=topology.grace_ms)
 
 
-def _bucket_key(bucket: int) -> str:
-    return f"~expiry/{bucket}"
+def _count(verdict: rule.Verdict, partition: int) -> None:
+    counters[f"{verdict.value}/p{partition}"] += 1
 
 
-# Stream time per partition and side. Kept in memory: after a restart it starts
-# over, which only postpones expiry (matching never depends on it).
-_clocks: dict[int, join.PartitionClocks] = {}
-
-# (table name, partition) -> the clock value at which the next sweep of that partition's
-# index can find a bucket due, or None when no bucket is live. A sweep of a partition
-# without an entry reads the index; afterwards the entry saves reading it on every
-# record. Only this worker's agent changes an active partition's index, so the entry
-# stays right until a rebalance, which forgets them all.
-_sweep_at: dict[tuple[str, int], int | None] = {}
-
-
-def _forget_sweeps(sender: Any, /, *args: Any, **kwargs: Any) -> None:
-    _sweep_at.clear()
-
-
-app.on_partitions_revoked.connect(_forget_sweeps)
-app.on_partitions_assigned.connect(_forget_sweeps)
-
-
-def _count(name: str, partition: int, n: int = 1) -> None:
-    if n:
-        counters[f"{name}/p{partition}"] += n
-
-
-def _index(table: Any, partition: int, auction_id: str, bucket: int) -> None:
-    key = _bucket_key(bucket)
-    listed = table.get(key)
-    if listed is None:
-        live = buckets.with_bucket(table.get(LIVE_BUCKETS) or [], bucket)
-        if live is not None:
-            table[LIVE_BUCKETS] = live
-    table[key] = [*(listed or []), auction_id]
-    where = (table.name, partition)
-    if where in _sweep_at:
-        at = _sweep_at[where]
-        due_at = buckets.due_at(bucket)
-        _sweep_at[where] = due_at if at is None else min(at, due_at)
-
-
-def _due(table: Any, partition: int, clock_ms: int) -> list[str]:
-    """Auction ids listed in every bucket the clock has passed; those buckets are dropped."""
-    where = (table.name, partition)
-    if where in _sweep_at:
-        at = _sweep_at[where]
-        if at is None or clock_ms < at:
-            return []
-    live = table.get(LIVE_BUCKETS) or []
-    due = buckets.due(live, clock_ms)
-    ids: list[str] = []
-    for bucket in due:
-        key = _bucket_key(bucket)
-        listed = table.get(key)
-        if listed is not None:
-            ids.extend(listed)
-            del table[key]
-    if due:
-        live = live[len(due) :]
-        table[LIVE_BUCKETS] = live
-    _sweep_at[where] = buckets.next_due_ms(live)
-    return ids
-
-
-def _expire(partition: int, clocks: join.PartitionClocks) -> None:
-    for auction_id in _due(impressions, partition, clocks.clicks_ms):
-        stored = impressions.get(auction_id)
-        if stored is None:
-            continue
-        state = join.ImpressionState.from_json(stored)
-        if join.impression_expired(window, state, clocks.clicks_ms):
-            del impressions[auction_id]
-    for auction_id in _due(pending_clicks, partition, clocks.impressions_ms):
-        stored = pending_clicks.get(auction_id)
-        if stored is None:
-            continue
-        keep, gone = join.expire_pending(
-            window, join.pending_from_json(stored), clocks.impressions_ms
-        )
-        _count(join.Outcome.UNMATCHED.value, partition, len(gone))
-        if keep:
-            pending_clicks[auction_id] = join.pending_to_json(keep)
-        else:
-            del pending_clicks[auction_id]
-
-
-async def _send(
-    source: Any,
-    topic: Any,
-    key: bytes | None,
-    value: bytes | None,
-    headers: list[tuple[str, bytes]] | None = None,
-) -> None:
-    """Send within the transaction of the record being processed (with exactly_once).
-
-    Faust picks a send's transaction by the *destination* partition, which only works
-    for outputs partitioned like the input (changelogs). An output repartitioned by
-    another key (campaign) or with another partition count (dead letters) belongs,
-    as in Kafka Streams, to the transaction of the input task that produced it.
-    """
-    if not app.in_transaction:
-        await topic.send(key=key, value=value, headers=headers)
+async def _on_pair(result: JoinResult[Any, Any]) -> None:
+    """A click with the impression of its auction (or, expired without one, alone)."""
+    verdict = rule.judge(window, result.left, result.right)
+    if verdict is not rule.Verdict.JOINED:
+        _count(verdict, result.partition)
         return
-    transactional_id = faust_compat_access.transactional_id(app, TP(source.topic, source.partition))
-    producer = app.consumer.transactions.producer
-    await producer.send(
-        topic.get_topic_name(), key, value, None, None, headers, transactional_id=transactional_id
+    attributed = rule.attribute(result.right, result.left)
+    value = encode_record(attributed)
+    await attribution.send(
+        result.message, attributed_topic, key=attributed.auction_id.encode(), value=value
+    )
+    await attribution.send(
+        result.message, campaign_clicks_topic, key=attributed.campaign.encode(), value=value
     )
 
 
-async def _emit(source: Any, attribution: Any) -> None:
-    key = attribution.auction_id.encode()
-    value = encode_record(attribution)
-    await _send(source, attributed_topic, key, value)
-    await _send(source, campaign_clicks_topic, attribution.campaign.encode(), value)
-
-
-async def _dead_letter(message: Any, error: Exception) -> None:
-    # The original bytes, untouched, with where they came from and why they were refused.
-    headers = [
-        ("source-topic", message.topic.encode()),
-        ("source-partition", str(message.partition).encode()),
-        ("source-offset", str(message.offset).encode()),
-        ("error", str(error).encode()[:500]),
-    ]
-    await _send(message, dead_letter_topic, message.key, message.value, headers)
-    _count("dead_letter", message.partition)
-    log.warning(
-        "adclick: undecodable record %s[%d]@%d sent to %s: %s",
-        message.topic,
-        message.partition,
-        message.offset,
-        topology.dead_letters,
-        error,
-    )
-
-
-async def _on_impression(source: Any, impression: Any) -> None:
-    partition = source.partition
-    clocks = _clocks.setdefault(partition, join.PartitionClocks())
-    clocks.saw_impression(impression)
-    stored = impressions.get(impression.auction_id)
-    state = join.ImpressionState.from_json(stored) if stored is not None else None
-    pending = join.pending_from_json(pending_clicks.get(impression.auction_id))
-    decision = join.on_impression(window, state, pending, impression)
-    if decision.duplicate:
-        _count(join.Outcome.DUPLICATE_IMPRESSION.value, partition)
-        # A replay: attributions made the first time go out again (see join.ImpressionState).
-        for attribution in decision.attributions:
-            await _emit(source, attribution)
-    else:
-        bucket = buckets.bucket_of(window.impression_expires_after(impression))
-        if not buckets.is_due(bucket, clocks.clicks_ms):
-            impressions[impression.auction_id] = decision.impression_state.to_json()
-            _index(impressions, partition, impression.auction_id, bucket)
-        # else: the clicks clock is already past its bucket (clicks read ahead of impressions),
-        # so the sweep at the end of this record would delete it again at once; it is
-        # neither stored nor indexed, which leaves the table as that sweep would.
-        if pending:
-            del pending_clicks[impression.auction_id]
-        for _click, outcome in decision.resolved:
-            if outcome is not join.Outcome.JOINED:
-                _count(outcome.value, partition)
-        for attribution in decision.attributions:
-            await _emit(source, attribution)
-        await _send(
-            source,
+async def _on_record(record: JoinRecord) -> None:
+    """Every click and impression once the join handled it: counted, or passed on."""
+    counted = rule.counted(record.side, record.outcome)
+    if counted is not None:
+        _count(counted, record.partition)
+    if record.side is Side.RIGHT and record.outcome in (Outcome.ACCEPTED, Outcome.REPLAY):
+        # Each impression into its campaign's aggregate (again after a crash: at-least-once).
+        impression = record.value
+        await attribution.send(
+            record.message,
             campaign_impressions_topic,
-            impression.campaign.encode(),
-            encode_record(impression),
+            key=impression.campaign.encode(),
+            value=encode_record(impression),
         )
-    _expire(partition, clocks)
 
 
-async def _on_click(source: Any, click: Any) -> None:
-    partition = source.partition
-    clocks = _clocks.setdefault(partition, join.PartitionClocks())
-    clocks.saw_click(click)
-    stored = impressions.get(click.auction_id)
-    state = join.ImpressionState.from_json(stored) if stored is not None else None
-    pending = join.pending_from_json(pending_clicks.get(click.auction_id)) if state is None else ()
-    decision = join.on_click(window, state, pending, click)
-    if decision.impression_state is not None:
-        impressions[click.auction_id] = decision.impression_state.to_json()
-    if decision.pending is not None:
-        pending_clicks[click.auction_id] = join.pending_to_json(decision.pending)
-        bucket = buckets.bucket_of(window.pending_click_expires_after(click))
-        _index(pending_clicks, partition, click.auction_id, bucket)
-    if decision.attribution is not None:
-        await _emit(source, decision.attribution)
-    if decision.outcome not in (join.Outcome.JOINED, join.Outcome.PENDING):
-        _count(decision.outcome.value, partition)
-    _expire(partition, clocks)
-
-
-@app.agent(sources)
-async def join_impressions_and_clicks(stream: Any) -> None:
-    async for event in stream.events():
-        message = event.message
-        try:
-            if message.topic == topology.impressions:
-                record: Any = decode_impression(message.value)
-            else:
-                record = decode_click(message.value)
-        except DecodeError as exc:
-            await _dead_letter(message, exc)
-            continue
-        if message.topic == topology.impressions:
-            await _on_impression(message, record)
-        else:
-            await _on_click(message, record)
+attribution = windowed_join(
+    app,
+    JOIN_NAME,
+    left=clicks_topic,
+    right=impressions_topic,
+    kind="left",
+    window=window.join_window(),
+    partitions=topology.partitions,
+    left_time_ms=lambda click: click.event_time_ms,
+    right_time_ms=lambda impression: impression.event_time_ms,
+    # A click counts once per click id; an auction has one impression, the first one.
+    left_id=lambda click: click.click_id,
+    right_id=lambda impression: impression.auction_id,
+    output=_on_pair,
+    on_record=_on_record,
+    expiry_bucket_ms=topology.expiry_bucket_ms,
+)
 
 
 @app.agent(campaign_sources)
@@ -314,13 +180,10 @@ async def aggregate_by_campaign(stream: Any) -> None:
         if message.topic == topology.campaign_impressions:
             stats["impressions"] = stats.get("impressions", 0) + 1
         else:
-            try:
-                attribution = decode_attribution(message.value)
-            except DecodeError as exc:
-                await _dead_letter(message, exc)
-                continue
+            # An undecodable one raises: bad_record_policy sends it to the dead letters.
+            attributed = decode_attribution(message.value)
             stats["clicks"] = stats.get("clicks", 0) + 1
-            stats["spend_micros"] = stats.get("spend_micros", 0) + attribution.cost_micros
+            stats["spend_micros"] = stats.get("spend_micros", 0) + attributed.cost_micros
         campaign_stats[campaign] = stats
 
 
@@ -354,37 +217,23 @@ def _bootstrap() -> str:
 
 
 async def _prepare_topics(bootstrap: str) -> None:
-    # Topics this app writes are created with the counts the join needs; source topics
-    # that exist already are taken as they are and checked together with the changelogs
-    # of the tables that are partitioned like them.
+    # The output topics, and the changelogs, compacted as Faust makes them. Left to Faust, those
+    # appear only as the worker starts, and one may be missing from the metadata the group leader
+    # plans with (aiokafka refreshes it every consumer_metadata_max_age_ms, 5 min): that table is
+    # then left out of the plan, and under exactly_once its writes have no transaction to go to.
+    # Topics that exist are left as they are: the worker's topic check refuses mismatched ones.
     await create_topics(bootstrap, topology.topic_partitions())
-    # The changelogs too, compacted as Faust makes them. Left to Faust, they appear only as the
-    # worker starts, and one may be missing from the metadata the group leader plans with (aiokafka
-    # refreshes it every consumer_metadata_max_age_ms, 5 min): that table is then left out of the
-    # plan, and under exactly_once its writes have no transaction to go to.
-    changelogs = topology.changelog_partitions()
-    await create_topics(bootstrap, changelogs, configs={"cleanup.policy": "compact"})
-    groups = topology.joined_groups
-    groups[0] += [topology.changelog(t) for t in ("impressions", "pending-clicks", "counters")]
-    groups[1] += [topology.changelog("campaign-stats")]
-    existing = await partition_counts(bootstrap, {t for g in groups for t in g})
-    check_copartitioned(groups, {**changelogs, **existing})
+    await create_topics(
+        bootstrap, topology.changelog_partitions(), configs={"cleanup.policy": "compact"}
+    )
 
 
 @app.on_worker_init.connect
-def check_topics(sender: Any, /, *args: Any, signal: BaseSignalT[Any], **kwargs: Any) -> None:
-    """Refuse to start on topics that cannot be joined partition by partition.
-
-    Runs before the worker subscribes: subscribing to a missing topic would have the
-    broker auto-create it with its default count. The check runs on its own event
-    loop in a helper thread, leaving the worker's loop untouched.
-    """
+def prepare_topics(sender: Any, /, *args: Any, signal: BaseSignalT[Any], **kwargs: Any) -> None:
+    """Create the topics before the worker subscribes, on its own event loop in a helper
+    thread, leaving the worker's loop untouched."""
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-        try:
-            pool.submit(asyncio.run, _prepare_topics(_bootstrap())).result()
-        except CopartitionError as exc:
-            print(f"adclick: cannot start: {exc}", file=sys.stderr, flush=True)
-            raise SystemExit(2) from exc
+        pool.submit(asyncio.run, _prepare_topics(_bootstrap())).result()
 
 
 def table_json(raw: bytes) -> Any:

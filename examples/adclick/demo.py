@@ -26,8 +26,10 @@ from examples.adclick import kafka_io
 from examples.adclick.cluster import Worker, stop_all, wait_until_assigned
 from examples.adclick.events import TrafficConfig, Truth
 from examples.adclick.generator import ProduceResult, produce, traffic_config
-from examples.adclick.model import RESERVED_KEY_PREFIX, DecodeError, decode_attribution
-from examples.adclick.topology import Topology
+from examples.adclick.model import DecodeError, decode_attribution
+from examples.adclick.topology import JOIN_NAME, Topology
+from streamapp.bad_records import HEADER_PREFIX
+from streamapp.joins.core import held_entries
 
 
 def say(line: str) -> None:
@@ -195,24 +197,25 @@ async def _counters(bootstrap: str, topology: Topology) -> dict[str, int]:
 
 
 async def _pending_at_end(bootstrap: str, topology: Topology) -> int:
-    """Clicks still held for an impression that never came, from the pending-clicks changelog.
+    """Clicks still held for an impression that never came, from the join's clicks changelog.
 
-    The join calls a click unmatched when stream time passes its expiry, and stream time stops
+    The join emits a click unmatched when stream time passes its expiry, and stream time stops
     with the input: the clicks of the last window are still pending when the demo ends.
     """
-    latest = await kafka_io.latest_by_key(bootstrap, topology.changelog("pending-clicks"))
+    clicks_table = topology.changelog(f"{JOIN_NAME}-left")
+    latest = await kafka_io.latest_by_key(bootstrap, clicks_table)
     held = 0
     for key, value in latest.items():
-        if value is not None and not json.loads(key).startswith(RESERVED_KEY_PREFIX):
-            held += len(json.loads(value))
+        decoded = None if value is None else json.loads(value)
+        held += sum(not e.matched for e in held_entries(json.loads(key), decoded))
     return held
 
 
 async def _dead_letter_sources(bootstrap: str, topology: Topology) -> set[tuple[str, str, str]]:
     sources = set()
     for r in await kafka_io.read_all(bootstrap, topology.dead_letters, read_committed=True):
-        h = {k: v.decode() for k, v in r.headers}
-        sources.add((h["source-topic"], h["source-partition"], h["source-offset"]))
+        h = {k.removeprefix(HEADER_PREFIX): v.decode() for k, v in r.headers}
+        sources.add((h["topic"], h["partition"], h["offset"]))
     return sources
 
 
@@ -343,7 +346,7 @@ def print_summary(result: DemoResult) -> None:
         f"{c.get('late', 0)} late, {c.get('unmatched', 0)} unmatched "
         f"(+{result.pending_at_end} still pending at the end), "
         f"{c.get('dead_letter', 0)} dead letters ({len(result.dead_letter_sources)} distinct "
-        f"records in the dead-letter topic), {c.get('duplicate_click', 0)} replayed clicks"
+        f"records in the dead-letter topic), {c.get('duplicate_click', 0)} duplicate clicks"
     )
     print(
         f"spark reference: {r.expected} attributions; output {r.output_records} records, "

@@ -11,8 +11,9 @@ import json
 from dataclasses import asdict, dataclass
 from typing import Any
 
-# Auction ids starting with this prefix are reserved for the join's own
-# bookkeeping keys in the tables (see examples/adclick/app.py).
+# Auction ids starting with this prefix are refused as undecodable: the demo's wire format
+# reserved them for table bookkeeping keys, and keeps refusing them so that what goes to the
+# dead-letter topic does not depend on how the join stores its state.
 RESERVED_KEY_PREFIX = "~"
 
 

@@ -12,10 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 ENV_PREFIX = "ADCLICK_"
-
-
-class CopartitionError(RuntimeError):
-    """Topics declared as joined do not have the same number of partitions."""
+#: The windowed join's name: its tables are ``<name>-left`` (clicks) and ``<name>-right``.
+JOIN_NAME = "attribution"
 
 
 @dataclass(frozen=True)
@@ -57,14 +55,6 @@ class Topology:
         # Faust's naming: <app id>-<table name>-changelog.
         return f"{self.app_id}-{table}-changelog"
 
-    @property
-    def joined_groups(self) -> list[list[str]]:
-        """The co-partition groups the app declares: the join, and the campaign aggregate."""
-        return [
-            [self.impressions, self.clicks],
-            [self.campaign_impressions, self.campaign_clicks],
-        ]
-
     def topic_partitions(self) -> dict[str, int]:
         """Every topic the demo creates up front, with its partition count."""
         return {
@@ -78,7 +68,8 @@ class Topology:
 
     def changelog_partitions(self) -> dict[str, int]:
         """The tables' changelog topics, each partitioned like the topics its table follows."""
-        counts = {t: self.partitions for t in ("impressions", "pending-clicks", "counters")}
+        tables = (f"{JOIN_NAME}-left", f"{JOIN_NAME}-right", "counters")
+        counts = {t: self.partitions for t in tables}
         counts["campaign-stats"] = self.campaign_partitions
         return {self.changelog(table): n for table, n in counts.items()}
 
@@ -101,21 +92,3 @@ class Topology:
                     f"{ENV_PREFIX}{name.upper()}={raw!r} is not a valid {type(default).__name__}"
                 ) from None
         return cls(**values)  # type: ignore[arg-type]
-
-
-def check_copartitioned(groups: list[list[str]], partition_counts: Mapping[str, int]) -> None:
-    """Raise one clear `CopartitionError` naming the topics and counts of a mismatched group."""
-    for group in groups:
-        missing = [t for t in group if t not in partition_counts]
-        if missing:
-            raise CopartitionError(
-                f"topics joined with {', '.join(group)} do not exist: {', '.join(missing)}"
-            )
-        counts = {t: partition_counts[t] for t in group}
-        if len(set(counts.values())) > 1:
-            listed = ", ".join(f"{t} has {n} partitions" for t, n in counts.items())
-            raise CopartitionError(
-                f"co-partitioned topics must have the same partition count: {listed}; "
-                "recreate them with equal counts (records with one key must land on the "
-                "same partition number in every joined topic)"
-            )

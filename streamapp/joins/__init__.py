@@ -5,7 +5,8 @@ See docs/joins.md. The pure rules live in `streamapp.joins.window` and `streamap
 `streamapp.joins.stream_stream` and `streamapp.joins.stream_table`.
 """
 
-from streamapp.joins.stream_stream import JoinResult, WindowedJoin, windowed_join
+from streamapp.joins.core import Outcome
+from streamapp.joins.stream_stream import JoinRecord, JoinResult, WindowedJoin, windowed_join
 from streamapp.joins.stream_table import (
     Enrichment,
     StreamTableJoin,
@@ -17,8 +18,10 @@ from streamapp.joins.window import JoinKind, JoinWindow, Side
 __all__ = [
     "Enrichment",
     "JoinKind",
+    "JoinRecord",
     "JoinResult",
     "JoinWindow",
+    "Outcome",
     "Side",
     "StreamTableJoin",
     "TableLookup",

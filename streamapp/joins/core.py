@@ -7,7 +7,7 @@ record emits. The wiring (`streamapp.joins.stream_stream`) only decodes, sends a
 What one side's store holds, per partition ``p`` (every value JSON-friendly):
 
 * ``k/<key>``: the records of that key still able to match, as ``[offset, time_ms, value,
-  matched]`` lists, in arrival order;
+  matched]`` lists (``[..., matched, id]`` when the join knows record ids), in arrival order;
 * ``~clock/<p>``: the side's clock (highest event time seen, never goes back);
 * ``~seen/<p>``: the highest source offset processed, which tells a replay from a new record;
 * ``~late/<p>``: how many late records the side had;
@@ -44,6 +44,7 @@ __all__ = [
     "Outcome",
     "Pair",
     "Store",
+    "held_entries",
 ]
 
 Store = MutableMapping[str, Any]
@@ -53,19 +54,26 @@ KEY_PREFIX = "k/"
 
 @dataclass(frozen=True)
 class Entry:
-    """One record on one side: its source offset (its identity), event time and payload."""
+    """One record on one side: its source offset (its identity), event time and payload.
+
+    ``id``: what the record is about, when the join is told (``left_id``/``right_id``): a
+    second record with the id of one still stored on its side is a duplicate.
+    """
 
     offset: int
     time_ms: int
     value: Any = None
     matched: bool = False
+    id: str | None = None
 
     def to_json(self) -> list[Any]:
-        return [self.offset, self.time_ms, self.value, int(self.matched)]
+        listed = [self.offset, self.time_ms, self.value, int(self.matched)]
+        return listed if self.id is None else [*listed, self.id]
 
     @classmethod
     def from_json(cls, raw: list[Any]) -> Entry:
-        return cls(int(raw[0]), int(raw[1]), raw[2], bool(raw[3]))
+        record_id = str(raw[4]) if len(raw) > 4 else None
+        return cls(int(raw[0]), int(raw[1]), raw[2], bool(raw[3]), record_id)
 
 
 @dataclass(frozen=True)
@@ -82,6 +90,10 @@ class Outcome(enum.Enum):
     LATE = "late"  # more than grace behind its side's clock: not joined
     REPLAY = "replay"  # processed before and still stored: its pairs emitted again
     SKIPPED = "skipped"  # processed before and gone: its output was delivered already
+    # Its id is the id of a record still stored on its side: not stored, not joined.
+    DUPLICATE = "duplicate"
+    # Not a processor outcome: the wiring could not decode the value, or read its time or id.
+    UNDECODABLE = "undecodable"
 
 
 @dataclass(frozen=True)
@@ -165,6 +177,17 @@ def _entries(store: Store, key: str) -> list[Entry]:
     return [Entry.from_json(e) for e in store.get(KEY_PREFIX + key) or ()]
 
 
+def held_entries(store_key: str, value: Any) -> list[Entry]:
+    """The records one key-value pair of a side's store holds (none for bookkeeping keys).
+
+    For readers of a join table's changelog: ``store_key`` is the table key, ``value`` its
+    latest value (None once deleted).
+    """
+    if not store_key.startswith(KEY_PREFIX) or value is None:
+        return []
+    return [Entry.from_json(e) for e in value]
+
+
 def _put(store: Store, key: str, entries: Iterable[Entry]) -> None:
     listed = [e.to_json() for e in entries]
     if listed:
@@ -228,6 +251,9 @@ class JoinProcessor:
         if self.window.is_late(entry.time_ms, clock):
             # Nothing is written: `count_late` does it once the dead letter is out.
             return Arrival(Outcome.LATE)
+        if entry.id is not None and any(e.id == entry.id for e in own_entries):
+            own[_seen_key(partition)] = entry.offset
+            return Arrival(Outcome.DUPLICATE)
         if entry.time_ms > clock:
             own[_clock_key(partition)] = entry.time_ms
         other_entries = _entries(other, key)

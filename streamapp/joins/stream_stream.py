@@ -18,6 +18,12 @@ goes to ``output``: a topic (the value ``combine(left, right)``, the key the sou
 async or plain callback taking a `JoinResult`. Late records are counted per partition and, with
 ``dead_letter_topic``, sent there as they came (bytes untouched, headers saying why).
 
+Hooks: ``on_record`` sees every source record once it is handled, with its outcome (accepted,
+late, replay, skipped, duplicate or undecodable), to count or to send what the record itself
+causes; ``left_id``/``right_id`` name what a record is about, so that a second record about the
+same thing is reported as a duplicate instead of joined. `WindowedJoin.send` sends a record on
+behalf of the source record, in its transaction under exactly_once.
+
 Guarantees: under exactly_once every pair is emitted once. Under at-least-once none is lost
 across crashes and restarts; a record processed again after a crash emits its pairs again.
 """
@@ -32,10 +38,10 @@ from typing import Any, Generic, TypeVar
 from faust.types import AppT, TopicT
 
 from streamapp.joins import _io
-from streamapp.joins.core import Arrival, Entry, ExpiryIndex, JoinProcessor, Outcome, Pair
+from streamapp.joins.core import Entry, ExpiryIndex, JoinProcessor, Outcome, Pair
 from streamapp.joins.window import JoinKind, JoinWindow, Side
 
-__all__ = ["JoinResult", "WindowedJoin", "windowed_join"]
+__all__ = ["JoinRecord", "JoinResult", "WindowedJoin", "windowed_join"]
 
 L = TypeVar("L")
 R = TypeVar("R")
@@ -51,6 +57,31 @@ class JoinResult(Generic[L, R]):
     left_time_ms: int | None
     right_time_ms: int | None
     partition: int
+    #: The source record (a Faust message) being processed when this was emitted: pass it to
+    #: `WindowedJoin.send` to send more on its behalf.
+    message: Any = None
+
+
+@dataclass(frozen=True)
+class JoinRecord:
+    """One source record as the join handled it (what ``on_record`` receives).
+
+    ``outcome``: ``ACCEPTED`` (stored; its pairs emitted), ``LATE`` (more than grace behind its
+    side's clock), ``REPLAY`` (processed before a crash and still stored: its pairs emitted
+    again), ``SKIPPED`` (processed before and gone), ``DUPLICATE`` (its id is that of a record
+    still stored on its side) or ``UNDECODABLE`` (its value did not decode, or its time or id
+    could not be read: ``value`` is None, ``error`` says why, and the exception goes on to the
+    app's ``bad_record_policy`` after the hook returns).
+    """
+
+    side: Side
+    key: Any
+    value: Any
+    time_ms: int | None
+    partition: int
+    outcome: Outcome
+    message: Any
+    error: Exception | None = None
 
 
 def _default_combine(left: Any, right: Any) -> Any:
@@ -76,6 +107,9 @@ class WindowedJoin(Generic[L, R]):
         right_time_ms: Callable[[R], int] | None = None,
         dead_letter_topic: str | None = None,
         expiry_bucket_ms: int = 100,
+        left_id: Callable[[L], str] | None = None,
+        right_id: Callable[[R], str] | None = None,
+        on_record: Callable[[JoinRecord], Any] | None = None,
     ) -> None:
         self.app = app
         self.name = name
@@ -90,6 +124,11 @@ class WindowedJoin(Generic[L, R]):
             Side.LEFT: left_time_ms,
             Side.RIGHT: right_time_ms,
         }
+        self.id_of: dict[Side, Callable[[Any], str] | None] = {
+            Side.LEFT: left_id,
+            Side.RIGHT: right_id,
+        }
+        self.on_record = on_record
         self.names = {side: topic.get_topic_name() for side, topic in self.topics.items()}
         if self.names[Side.LEFT] == self.names[Side.RIGHT]:
             raise ValueError(f"join {name}: left and right must be different topics")
@@ -146,15 +185,22 @@ class WindowedJoin(Generic[L, R]):
                 "has no key; a join needs keyed records"
             )
         topic = self.topics[side]
-        time_of = self.time_of[side]
-        if time_of is not None:
-            time_ms = int(time_of(_io.loads_value(self.app, topic, message.value)))
-        else:
-            time_ms = _io.event_time_ms(message)
+        time_of, id_of = self.time_of[side], self.id_of[side]
+        value: Any = None
+        time_ms: int | None = None
+        try:
+            if time_of is not None or id_of is not None or self.on_record is not None:
+                value = _io.loads_value(self.app, topic, message.value)
+            time_ms = int(time_of(value)) if time_of is not None else _io.event_time_ms(message)
+            record_id = str(id_of(value)) if id_of is not None else None
+        except Exception as exc:
+            # Nothing was stored: report it, then let bad_record_policy skip or dead-letter it.
+            await self._report(side, message, None, None, Outcome.UNDECODABLE, exc)
+            raise
         key = _io.b64(message.key)
         assert key is not None
-        entry = Entry(message.offset, time_ms, _io.b64(message.value))
-        arrival: Arrival = self.processor.process(side, message.partition, key, entry)
+        entry = Entry(message.offset, time_ms, _io.b64(message.value), id=record_id)
+        arrival = self.processor.process(side, message.partition, key, entry)
         if arrival.outcome is Outcome.LATE:
             if self.dead_letter_topic is not None:
                 await _io.dead_letter_late(
@@ -163,12 +209,58 @@ class WindowedJoin(Generic[L, R]):
             self.processor.count_late(side, message.partition, message.offset)
         for pair in arrival.pairs:
             await self._emit(message, pair)
+        # Before expiry: what the hook sends is flushed with the rest before state is forgotten.
+        await self._report(side, message, value, time_ms, arrival.outcome)
         expiry = self.processor.plan_expiry(message.partition)
         if not expiry.empty:
             for pair in expiry.unmatched:
                 await self._emit(message, pair)
             await _io.flush_before_forgetting(self.app)
             expiry.apply()
+
+    async def _report(
+        self,
+        side: Side,
+        message: Any,
+        value: Any,
+        time_ms: int | None,
+        outcome: Outcome,
+        error: Exception | None = None,
+    ) -> None:
+        if self.on_record is None:
+            return
+        try:
+            key = _io.loads_key(self.app, self.topics[side], message.key)
+        except Exception:
+            key = message.key  # an undecodable record's key may not decode either: as it came
+        record = JoinRecord(side, key, value, time_ms, message.partition, outcome, message, error)
+        done = self.on_record(record)
+        if inspect.isawaitable(done):
+            await done
+
+    async def send(
+        self,
+        message: Any,
+        topic: TopicT,
+        *,
+        key: Any,
+        value: Any,
+        headers: _io.Headers | None = None,
+    ) -> None:
+        """Send ``key`` and ``value`` (encoded with ``topic``'s codecs) on behalf of ``message``.
+
+        ``message`` is the source record being processed (`JoinResult.message`,
+        `JoinRecord.message`). Under exactly_once the record joins that record's transaction,
+        which commits with its offset, whatever partition of ``topic`` it goes to.
+        """
+        await _io.send_raw(
+            self.app,
+            message,
+            topic.get_topic_name(),
+            _io.dumps_key(self.app, topic, key),
+            _io.dumps_value(self.app, topic, value),
+            headers,
+        )
 
     async def _emit(self, source: Any, pair: Pair) -> None:
         left = self._decode(Side.LEFT, pair.left)
@@ -185,6 +277,7 @@ class WindowedJoin(Generic[L, R]):
                 pair.left.time_ms if pair.left else None,
                 pair.right.time_ms if pair.right else None,
                 source.partition,
+                source,
             )
             done = self.output(result)
             if inspect.isawaitable(done):
@@ -220,13 +313,19 @@ def windowed_join(
     right_time_ms: Callable[[Any], int] | None = None,
     dead_letter_topic: str | None = None,
     expiry_bucket_ms: int = 100,
+    left_id: Callable[[Any], str] | None = None,
+    right_id: Callable[[Any], str] | None = None,
+    on_record: Callable[[JoinRecord], Any] | None = None,
 ) -> WindowedJoin[Any, Any]:
     """Declare a windowed stream-stream join on ``app`` (see the module and docs/joins.md).
 
     ``left`` and ``right`` are topics keyed by the join key, each with its own codecs;
     ``partitions`` is their partition count, which the join's tables take too. Event time is
     ``left_time_ms(value)`` / ``right_time_ms(value)``, or the record's Kafka timestamp.
-    ``kind``: ``"inner"``, ``"left"`` or ``"outer"``.
+    ``kind``: ``"inner"``, ``"left"`` or ``"outer"``. ``left_id(value)`` / ``right_id(value)``:
+    what a record is about; a record whose id is that of one still stored on its side is a
+    duplicate (not joined). ``on_record(JoinRecord)``: called, plain or async, for every
+    source record once handled (see `JoinRecord`).
     """
     return WindowedJoin(
         app,
@@ -242,4 +341,7 @@ def windowed_join(
         right_time_ms=right_time_ms,
         dead_letter_topic=dead_letter_topic,
         expiry_bucket_ms=expiry_bucket_ms,
+        left_id=left_id,
+        right_id=right_id,
+        on_record=on_record,
     )

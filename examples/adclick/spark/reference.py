@@ -1,6 +1,6 @@
 """The reference join in batch, and its reconciliation against the streaming output.
 
-Same rule as examples/adclick/join.py: a click is attributed to the first
+Same rule as examples/adclick/attribution.py: a click is attributed to the first
 impression of its auction when impression time <= click time <= impression
 time + window. Each click id counts once, however often it was delivered.
 """

@@ -14,7 +14,8 @@ from examples.adclick.model import (
     decode_impression,
     encode,
 )
-from examples.adclick.topology import CopartitionError, Topology, check_copartitioned
+from examples.adclick.topology import Topology
+from streamapp import topic_check
 
 
 def test_records_round_trip() -> None:
@@ -45,20 +46,40 @@ def test_undecodable_impressions_raise_decode_error(raw: bytes | None) -> None:
 
 
 def test_copartition_mismatch_names_both_topics_and_counts() -> None:
-    groups = [["impressions", "clicks"]]
-    check_copartitioned(groups, {"impressions": 6, "clicks": 6})
-    with pytest.raises(CopartitionError) as err:
-        check_copartitioned(groups, {"impressions": 12, "clicks": 8})
-    assert "impressions has 12 partitions" in str(err.value)
-    assert "clicks has 8 partitions" in str(err.value)
-    with pytest.raises(CopartitionError, match="do not exist: clicks"):
-        check_copartitioned(groups, {"impressions": 12})
+    # The app declares its join through streamapp.joins; the worker's startup check refuses
+    # mismatched or missing topics with one message naming each topic and its count.
+    from examples.adclick.app import app, topology
+
+    declared = topic_check.declared_topics(app)
+    assert (topology.clicks, topology.impressions) in declared.copartitioned
+    assert {"attribution-left", "attribution-right", "counters"} <= {
+        t.table for t in declared.tables
+    }
+    counts = {t: n for t, n in topology.topic_partitions().items()}
+    assert topic_check.find_problems(declared, {**counts, **topology.changelog_partitions()}) == []
+    problems = topic_check.find_problems(
+        declared, {**counts, topology.impressions: 12, topology.clicks: 8}
+    )
+    message = topic_check.describe_problems(problems, create_command="streamapp topics create")
+    assert f"{topology.impressions} has 12 partitions" in message
+    assert f"{topology.clicks} has 8 partitions" in message
+    del counts[topology.clicks]
+    missing = topic_check.describe_problems(
+        topic_check.find_problems(declared, counts), create_command="streamapp topics create"
+    )
+    assert topology.clicks in missing
 
 
 def test_topology_travels_through_the_environment() -> None:
     topo = Topology(app_id="x", prefix="run1-", partitions=4, processing_guarantee="exactly_once")
     assert Topology.from_env(topo.to_env()) == topo
     assert topo.impressions == "run1-impressions"
-    assert topo.changelog("impressions") == "x-impressions-changelog"
+    assert topo.changelog("counters") == "x-counters-changelog"
+    assert set(topo.changelog_partitions()) == {
+        "x-attribution-left-changelog",
+        "x-attribution-right-changelog",
+        "x-counters-changelog",
+        "x-campaign-stats-changelog",
+    }
     with pytest.raises(ValueError, match="ADCLICK_PARTITIONS"):
         Topology.from_env({"ADCLICK_PARTITIONS": "six"})
