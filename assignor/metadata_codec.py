@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from assignor.model import TopicPartitions
+from assignor.model import PROTOCOLS, TopicPartitions
 
 MAGIC = b"SA"
 METADATA_VERSION = 1
@@ -62,6 +62,12 @@ class MemberMetadata:
     #: replays (standbys, warmups). The leader has no end offsets of its own; after a crash
     #: the active that wrote a changelog is gone, and only its replicas know how far it got.
     changelog_ends: TopicOffsets = field(default_factory=dict)
+    #: The rebalance protocol this member speaks: "eager" or "cooperative" (KIP-429). Members
+    #: of streamapp versions without this field speak eager.
+    protocol: str = "eager"
+    #: Whether this member kept the partitions it owns through this join (cooperative): the
+    #: leader must not give them to another member before this one has given them up.
+    kept_owned: bool = False
 
 
 @dataclass(frozen=True)
@@ -80,6 +86,9 @@ class MemberAssignment:
     actives_by_url: Mapping[str, TopicPartitions] = field(default_factory=dict)
     #: topic -> co-partition group number, as Faust's assignor reports it.
     topic_groups: Mapping[str, int] = field(default_factory=dict)
+    #: "cooperative" when every member of this plan speaks cooperative: members then keep what
+    #: they own through the next join. Leaders without this field planned eager.
+    group_protocol: str = "eager"
 
 
 def encode_metadata(metadata: MemberMetadata, *, limit: int = MAX_METADATA_BYTES) -> bytes:
@@ -117,6 +126,8 @@ def decode_metadata(data: bytes) -> MemberMetadata:
             owned_standby=_partitions(payload.get("s", {}), "s"),
             offsets=_offsets(payload.get("o", {}), "o"),
             changelog_ends=_offsets(payload.get("e", {}), "e"),
+            protocol=_protocol(payload),
+            kept_owned=_bool(payload, "K"),
         )
     except (KeyError, TypeError) as exc:
         raise MetadataError(f"member metadata is malformed: {exc}") from None
@@ -133,6 +144,8 @@ def encode_assignment(assignment: MemberAssignment) -> bytes:
         "d": {url: _sorted_partitions(tps) for url, tps in assignment.actives_by_url.items()},
         "t": dict(assignment.topic_groups),
     }
+    if assignment.group_protocol != "eager":
+        payload["P"] = assignment.group_protocol
     return _pack(ASSIGNMENT_VERSION, payload)
 
 
@@ -157,6 +170,7 @@ def decode_assignment(data: bytes) -> MemberAssignment:
             warmups_in_group=_int(payload, "W", minimum=0) if "W" in payload else 0,
             actives_by_url={str(url): _partitions(tps, "d") for url, tps in by_url.items()},
             topic_groups={str(k): v for k, v in groups.items()},
+            group_protocol=_protocol(payload),
         )
     except (KeyError, TypeError) as exc:
         raise MetadataError(f"assignment is malformed: {exc}") from None
@@ -182,6 +196,11 @@ def _metadata_payload(metadata: MemberMetadata, offsets: TopicOffsets) -> dict[s
         payload["o"] = _sorted_offsets(offsets)
     if metadata.changelog_ends:
         payload["e"] = _sorted_offsets(metadata.changelog_ends)
+    # Left out when eager: the bytes an eager member sends stay those of earlier versions.
+    if metadata.protocol != "eager":
+        payload["P"] = metadata.protocol
+    if metadata.kept_owned:
+        payload["K"] = True
     return payload
 
 
@@ -262,6 +281,22 @@ def _opt_str(payload: Mapping[str, Any], key: str) -> str | None:
     value = payload.get(key)
     if value is not None and not isinstance(value, str):
         raise TypeError(f"{key!r} is not a string")
+    return value
+
+
+def _protocol(payload: Mapping[str, Any]) -> str:
+    # A protocol this version does not know (a later streamapp's) is not one it can run with
+    # that member: it counts as eager, which every version speaks.
+    value = payload.get("P", "eager")
+    if not isinstance(value, str):
+        raise TypeError("'P' is not a string")
+    return value if value in PROTOCOLS else "eager"
+
+
+def _bool(payload: Mapping[str, Any], key: str) -> bool:
+    value = payload.get(key, False)
+    if not isinstance(value, bool):
+        raise TypeError(f"{key!r} is not a boolean")
     return value
 
 

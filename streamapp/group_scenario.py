@@ -140,6 +140,25 @@ def next_generation(members: Iterable[MemberFacts]) -> int:
     return 1 + max((max(0, m.metadata.generation) for m in members if m.metadata), default=0)
 
 
+def rebalance_protocols(members: Iterable[MemberFacts]) -> tuple[str, str]:
+    """The protocol to plan this rebalance with, and the one members run the next one with.
+
+    The group runs cooperative (KIP-429) only once every member speaks it: until then every
+    member, cooperative ones too, gives up all it owns before it joins (eager), so a rolling
+    upgrade never has a member keep a partition the plan hands straight to another. This
+    rebalance is planned cooperatively all the same when a member kept its partitions through
+    the join (the group ran cooperative and an eager member has just joined): a partition it
+    keeps that moves is then withheld from its new owner for one round, as in any cooperative
+    plan, and the next rebalance is eager for everyone.
+    """
+    readable = [m.metadata for m in members if m.metadata is not None]
+    everyone = bool(readable) and all(m.protocol == "cooperative" for m in readable)
+    kept = any(m.kept_owned for m in readable)
+    return ("cooperative" if everyone or kept else "eager"), (
+        "cooperative" if everyone else "eager"
+    )
+
+
 def build_scenario(
     *,
     topics: Mapping[str, int],
@@ -147,13 +166,15 @@ def build_scenario(
     members: Mapping[str, MemberFacts],
     settings: GroupSettings,
     broker_ends: TopicOffsets | None = None,
+    protocol: str = "eager",
 ) -> dict[str, Any]:
     """The plan.md scenario for this group; ``topics`` holds only topics that exist.
 
     ``members`` should have been through `check_facts` with the same ``broker_ends``.
+    ``protocol``: "eager", or "cooperative" (see `rebalance_protocols`).
     """
     changelogs = sorted(t for t in set(changelog_topics) if t in topics)
-    return {
+    scenario: dict[str, Any] = {
         "topics": dict(sorted(topics.items())),
         "changelog_topics": changelogs,
         "end_offsets": _end_offsets(changelogs, members.values(), broker_ends or {}),
@@ -164,6 +185,9 @@ def build_scenario(
             member_id: _member(member_id, facts) for member_id, facts in sorted(members.items())
         },
     }
+    if protocol != "eager":
+        scenario["protocol"] = protocol
+    return scenario
 
 
 def _end_offsets(
@@ -219,9 +243,16 @@ def _member(member_id: str, facts: MemberFacts) -> dict[str, Any]:
 
 
 def shares_from_result(
-    result: Mapping[str, Any], *, generation: int, urls: Mapping[str, str]
+    result: Mapping[str, Any],
+    *,
+    generation: int,
+    urls: Mapping[str, str],
+    group_protocol: str = "eager",
 ) -> dict[str, MemberAssignment]:
-    """Each member's share of ``result``, with the whole group's active map for Faust's router."""
+    """Each member's share of ``result``, with the whole group's active map for Faust's router.
+
+    ``group_protocol``: the protocol members run the next rebalance with (`rebalance_protocols`).
+    """
     members: Mapping[str, Mapping[str, Mapping[str, list[int]]]] = result["members"]
     actives_by_url: dict[str, dict[str, list[int]]] = {}
     for member_id, share in members.items():
@@ -242,6 +273,7 @@ def shares_from_result(
             warmups_in_group=warmups,
             actives_by_url=actives_by_url,
             topic_groups=topic_groups,
+            group_protocol=group_protocol,
         )
         for member_id, share in members.items()
     }

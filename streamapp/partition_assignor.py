@@ -56,10 +56,11 @@ from streamapp.group_scenario import (
     check_facts,
     kafka_partitions,
     next_generation,
+    rebalance_protocols,
     shares_from_result,
     with_global_tables,
 )
-from streamapp.settings import StreamappSettings
+from streamapp.settings import RebalanceProtocol, StreamappSettings
 from tables.identity import load_or_create_client_id
 from tables.inventory import LocalStateInventory
 from tables.ownership import Ownership, load_ownership, save_ownership
@@ -110,6 +111,8 @@ class StreamappPartitionAssignor(FaustPartitionAssignor):
         self._warned: set[tuple[str, str]] = set()
         #: The last generation this worker planned as the group's leader.
         self._planned_generation = -1
+        #: Whether this worker kept what it owns through the join under way (cooperative).
+        self._kept_owned = False
 
     @property
     def name(self) -> str:
@@ -165,6 +168,8 @@ class StreamappPartitionAssignor(FaustPartitionAssignor):
             owned_standby=self._share.standby,
             offsets=offsets,
             changelog_ends=self._replica_ends(),
+            protocol="cooperative" if self._speaks_cooperative() else "eager",
+            kept_owned=self._kept_owned,
         )
         return ConsumerProtocolMemberMetadata(self.version, sorted(topics), encode_metadata(own))
 
@@ -174,6 +179,36 @@ class StreamappPartitionAssignor(FaustPartitionAssignor):
         for tp, end in (runtime.replica_ends if runtime is not None else {}).items():
             ends.setdefault(tp.topic, {})[tp.partition] = end
         return ends
+
+    # -- the rebalance protocol (asked by `streamapp.faust_compat.coordinator`) --
+
+    def keeps_owned_through_join(self) -> bool:
+        """Whether this worker keeps what it owns through the next join (KIP-429).
+
+        Only once the group runs cooperative: this worker speaks it, and the last plan said
+        every member does (until then a cooperative worker behaves eagerly, see
+        `streamapp.group_scenario.rebalance_protocols`).
+        """
+        return self._speaks_cooperative() and self._share.group_protocol == "cooperative"
+
+    def _speaks_cooperative(self) -> bool:
+        if self.settings.rebalance_protocol is not RebalanceProtocol.COOPERATIVE:
+            return False
+        if self.app.in_transaction:
+            # Faust's transaction manager opens and ends producers per rebalance for the whole
+            # assignment: keeping partitions through a rebalance is not checked under it yet.
+            self._warn_once(
+                "",
+                "cooperative-eos",
+                "rebalance_protocol cooperative is not supported under exactly_once yet: "
+                "this worker runs eager",
+            )
+            return False
+        return True
+
+    def on_join_prepared(self, *, kept_owned: bool) -> None:
+        """The coordinator prepared a join, keeping what this worker owns or giving it all up."""
+        self._kept_owned = kept_owned
 
     # -- the leader --
 
@@ -213,6 +248,9 @@ class StreamappPartitionAssignor(FaustPartitionAssignor):
             facts[member_id] = MemberFacts(subscription, decoded)
             urls[member_id] = decoded.url
 
+        # From every member that can be read, before any is refused: a member that kept its
+        # partitions through this join holds them, whether or not the leader believes it.
+        plan_protocol, group_protocol = rebalance_protocols(facts.values())
         broker_ends = self._broker_ends()
         group_generation = self._group_generation()
         checked = check_facts(
@@ -255,12 +293,15 @@ class StreamappPartitionAssignor(FaustPartitionAssignor):
                 max_warmup_replicas=settings.max_warmup_replicas,
             ),
             broker_ends=broker_ends,
+            protocol=plan_protocol,
         )
         result = assignor.plan(scenario, strategy=self.strategy)
         generation = next_generation(facts.values())
         self._planned_generation = generation
         shares = with_global_tables(
-            shares_from_result(result, generation=generation, urls=urls),
+            shares_from_result(
+                result, generation=generation, urls=urls, group_protocol=group_protocol
+            ),
             {
                 t: count
                 for t in global_topics
@@ -280,6 +321,18 @@ class StreamappPartitionAssignor(FaustPartitionAssignor):
                 ),
                 "claims_above_generation": len(checked.claims_above_generation),
                 "members_refused": len(refused),
+                **(
+                    {
+                        "protocol": plan_protocol,
+                        "revoking": sum(
+                            len(ps)
+                            for by_topic in result.get("revoking", {}).values()
+                            for ps in by_topic.values()
+                        ),
+                    }
+                    if plan_protocol != "eager"
+                    else {}
+                ),
             },
         )
         out = {

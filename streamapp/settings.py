@@ -19,7 +19,7 @@ import os
 import socket
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, fields, replace
-from enum import Enum
+from enum import Enum, StrEnum
 
 from streamapp.bad_records import BadRecordPolicy
 
@@ -28,6 +28,18 @@ ENV_PREFIX = "STREAMAPP_"
 
 class SettingsError(ValueError):
     """A streamapp setting has a value it cannot take."""
+
+
+class RebalanceProtocol(StrEnum):
+    """How a worker goes through a rebalance of its group.
+
+    ``eager``: it gives up every partition before it rejoins (aiokafka's and Faust's way).
+    ``cooperative`` (KIP-429): it keeps what it owns through the rebalance and gives up only
+    what the plan moves away from it, once every member of the group speaks cooperative.
+    """
+
+    EAGER = "eager"
+    COOPERATIVE = "cooperative"
 
 
 @dataclass(frozen=True)
@@ -53,8 +65,20 @@ class StreamappSettings:
     # back at once instead of the group waiting out the old member's session timeout, and the
     # id it joins under (its client id) is already unique per worker.
     static_membership: bool = False
+    # Eager by default for now: Faust's own rebalance handling still stops every partition, so
+    # cooperative saves the revocation of kept partitions only (issue 15 makes it incremental).
+    rebalance_protocol: RebalanceProtocol = RebalanceProtocol.EAGER
 
     def __post_init__(self) -> None:
+        if not isinstance(self.rebalance_protocol, RebalanceProtocol):
+            try:
+                protocol = RebalanceProtocol(self.rebalance_protocol)
+            except ValueError:
+                raise SettingsError(
+                    f"rebalance_protocol must be one of {', '.join(RebalanceProtocol)}, "
+                    f"got {self.rebalance_protocol!r}"
+                ) from None
+            object.__setattr__(self, "rebalance_protocol", protocol)
         if not isinstance(self.bad_record_policy, BadRecordPolicy):
             # `App(bad_record_policy="dead-letter")` passes the name.
             try:
@@ -209,6 +233,13 @@ SETTINGS: tuple[Setting, ...] = (
         "a restart within the session timeout takes its partitions back without a rebalance, "
         "a stop (Ctrl-C, SIGTERM) still hands them over at once; Faust's "
         "consumer_group_instance_id, when the app sets it, is used instead",
+    ),
+    Setting(
+        "rebalance_protocol",
+        RebalanceProtocol,
+        "how this worker goes through a rebalance: eager (gives up every partition first) or "
+        "cooperative (KIP-429: keeps what it owns and gives up only what moves, once every "
+        "member of the group speaks cooperative)",
     ),
 )
 

@@ -74,6 +74,12 @@ PRIVATE_NAMES: dict[str, tuple[str, ...]] = {
     "faust.app.base:App": ("_new_transport", "_consumer"),
     "aiokafka.consumer.group_coordinator:GroupCoordinator": (
         "_perform_assignment",  # coordinator: an envelope aiokafka cannot decode is no crash
+        "_on_join_prepare",  # coordinator: the cooperative protocol keeps owned partitions
+        "_on_join_complete",  # coordinator: ... and revokes only what it lost
+        "_assignors",
+        "_subscription",
+        "_group_subscription",
+        "_maybe_do_last_autocommit",
     ),
     "aiokafka.consumer.group_coordinator:CoordinatorGroupRebalance": (
         "_send_sync_group_request",  # coordinator: error answers retried, not raised

@@ -43,7 +43,24 @@ so that an aiokafka upgrade that renames them fails loudly instead of silently u
 - ``aiokafka.consumer.group_coordinator.GroupCoordinator._perform_assignment`` (wrapped), and
   the ``members`` of the JoinGroup response it is given;
 - the logger ``aiokafka.consumer.group_coordinator`` and its two messages for unexpected
-  answers.
+  answers;
+- ``GroupCoordinator._on_join_prepare`` and ``_on_join_complete`` (wrapped, for the cooperative
+  protocol below), and the attributes ``_assignors``, ``_subscription``,
+  ``_group_subscription`` and ``_maybe_do_last_autocommit`` they use as aiokafka's own do.
+
+The cooperative protocol (KIP-429) on aiokafka's eager coordinator, for a coordinator whose
+assignor asks for it (``keeps_owned_through_join()``, streamapp's once its group runs
+cooperative; any other assignor keeps aiokafka's eager path):
+
+- the join prepare does what aiokafka's does except revoke: the member keeps processing what
+  it owns through JoinGroup and SyncGroup (it says so in its metadata, through the assignor's
+  ``on_join_prepared``). A member whose generation was reset (fenced, or unknown to the broker)
+  may have lost its partitions to others already, and gives them all up as eager does;
+- once the assignment is in, the listener's ``on_partitions_revoked`` gets only what the member
+  lost (none, often: Faust's handler still runs its revocation step, which stops the flow and
+  commits, before its assignment step; see ``transport.Consumer.on_partitions_revoked``), then
+  aiokafka applies the assignment as usual, and a member that lost anything rejoins at once:
+  its next metadata no longer claims what it gave up, and the leader hands that to its new owner.
 """
 
 from __future__ import annotations
@@ -57,6 +74,7 @@ from typing import Any
 from aiokafka import errors as kafka_errors
 from aiokafka.consumer import group_coordinator as aiokafka_gc
 from aiokafka.coordinator.protocol import ConsumerProtocol, ConsumerProtocolMemberMetadata
+from aiokafka.protocol.commit import OffsetCommitRequest
 
 logger = logging.getLogger(__name__)
 
@@ -105,10 +123,12 @@ def describe_answer(exc: BaseException) -> str:
 
 
 class _JoinState:
-    """Per GroupCoordinator: error answers since the last successful join."""
+    """Per GroupCoordinator: error answers since the last successful join, and whether the
+    join under way kept the member's partitions (cooperative)."""
 
     def __init__(self) -> None:
         self.failures = 0
+        self.kept_owned = False
 
 
 def _join_state(coordinator: Any) -> _JoinState:
@@ -202,6 +222,83 @@ async def _perform_assignment(self: Any, response: Any) -> Any:
     return await _original_perform_assignment(self, response)
 
 
+def _cooperative_assignors(coordinator: Any) -> list[Any]:
+    return [a for a in coordinator._assignors if hasattr(a, "keeps_owned_through_join")]
+
+
+async def _on_join_prepare(self: Any, previous_assignment: Any) -> None:
+    assignors = _cooperative_assignors(self)
+    keep = (
+        bool(assignors)
+        and all(a.keeps_owned_through_join() for a in assignors)
+        and previous_assignment is not None
+        and self.generation != OffsetCommitRequest.DEFAULT_GENERATION_ID
+    )
+    owned = set(previous_assignment.tps) if previous_assignment is not None else set()
+    _join_state(self).kept_owned = keep
+    for assignor in assignors:
+        assignor.on_join_prepared(kept_owned=keep and bool(owned))
+    if not keep:
+        await _original_on_join_prepare(self, previous_assignment)
+        return
+    # aiokafka's prepare, without the revocation of every partition.
+    self._subscription.begin_reassignment()
+    self._group_subscription = None
+    try:
+        await self._maybe_do_last_autocommit(previous_assignment)
+    except kafka_errors.KafkaError as err:
+        logger.error("OffsetCommit failed before join, ignoring: %s", err)
+    logger.info(
+        "streamapp: keeping %d partition(s) through the rebalance of group %s (cooperative)",
+        len(owned),
+        self.group_id,
+    )
+
+
+async def _on_join_complete(
+    self: Any, generation: int, member_id: str, protocol: str, member_assignment_bytes: bytes
+) -> None:
+    state = _join_state(self)
+    if not state.kept_owned:
+        await _original_on_join_complete(
+            self, generation, member_id, protocol, member_assignment_bytes
+        )
+        return
+    state.kept_owned = False
+    owned = set(self._subscription.assigned_partitions())
+    assigned = set(ConsumerProtocol.ASSIGNMENT.decode(member_assignment_bytes).partitions())
+    lost = owned - assigned
+    logger.info(
+        "streamapp: cooperative rebalance of group %s (generation %s): kept %d partition(s), "
+        "giving up %s, gaining %s",
+        self.group_id,
+        generation,
+        len(owned & assigned),
+        sorted(lost) or "none",
+        sorted(assigned - owned) or "none",
+    )
+    listener = self._subscription.listener
+    if listener is not None:
+        try:
+            res = listener.on_partitions_revoked(lost)
+            if asyncio.iscoroutine(res):
+                await res
+        except Exception:
+            logger.exception(
+                "listener %s of group %s failed on_partitions_revoked", listener, self.group_id
+            )
+    await _original_on_join_complete(self, generation, member_id, protocol, member_assignment_bytes)
+    if lost:
+        # What it gave up goes to its new owners in the next rebalance, which this starts.
+        self.request_rejoin()
+
+
+_original_on_join_prepare: Callable[[Any, Any], Awaitable[None]] = (
+    aiokafka_gc.GroupCoordinator._on_join_prepare
+)
+_original_on_join_complete: Callable[[Any, int, str, str, bytes], Awaitable[None]] = (
+    aiokafka_gc.GroupCoordinator._on_join_complete
+)
 _original_perform_assignment: Callable[[Any, Any], Awaitable[Any]] = (
     aiokafka_gc.GroupCoordinator._perform_assignment
 )
@@ -224,4 +321,6 @@ def install() -> None:
     rebalance.perform_group_join = _perform_group_join
     rebalance._send_sync_group_request = _send_sync_group_request
     aiokafka_gc.GroupCoordinator._perform_assignment = _perform_assignment
+    aiokafka_gc.GroupCoordinator._on_join_prepare = _on_join_prepare
+    aiokafka_gc.GroupCoordinator._on_join_complete = _on_join_complete
     logging.getLogger(aiokafka_gc.__name__).addFilter(_AiokafkaAnswerFilter())

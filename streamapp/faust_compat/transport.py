@@ -341,7 +341,11 @@ class Consumer(faust_aiokafka.Consumer):
     async def on_partitions_revoked(self, revoked: set[TP]) -> None:
         self._hand_out_ledger.forget(revoked)
         self._refusals_logged.clear()
-        if revoked:
+        # Under the cooperative protocol this runs after the assignment came in, with only what
+        # was lost (often nothing): the partitions kept are committed too, since Faust's
+        # assignment step then seeks every partition back to its committed offset. (Eager:
+        # what is revoked is the whole assignment, so this is the same test.)
+        if revoked or self.assignment():
             # Nothing more is handed out until the assignment, and what was is processed now:
             # Faust's handler suspends the flow and clears the queues, and a record a fetch had
             # in hand at that moment (waiting for the producer buffer to ebb) could still land

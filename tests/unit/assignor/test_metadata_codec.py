@@ -44,6 +44,8 @@ metadata = st.builds(
     owned_standby=claims,
     offsets=offsets,
     changelog_ends=offsets,
+    protocol=st.sampled_from(["eager", "cooperative"]),
+    kept_owned=st.booleans(),
 )
 
 
@@ -63,6 +65,7 @@ def test_metadata_round_trips(m: MemberMetadata) -> None:
         warmups_in_group=st.integers(0, 10),
         actives_by_url=st.dictionaries(st.text(min_size=1, max_size=10), claims, max_size=4),
         topic_groups=st.dictionaries(topics, st.integers(0, 9), max_size=4),
+        group_protocol=st.sampled_from(["eager", "cooperative"]),
     )
 )
 def test_assignment_round_trips(a: MemberAssignment) -> None:
@@ -152,3 +155,38 @@ def test_garbage_and_zip_bombs_are_refused() -> None:
     bomb = MAGIC + bytes([METADATA_VERSION]) + zlib.compress(b" " * (MAX_INFLATED_BYTES + 10))
     with pytest.raises(MetadataError, match="inflates"):
         decode_metadata(bomb)
+
+
+def _payload(data: bytes) -> dict[str, object]:
+    payload: dict[str, object] = json.loads(zlib.decompress(data[len(MAGIC) + 1 :]))
+    return payload
+
+
+def _packed(payload: dict[str, object]) -> bytes:
+    return MAGIC + bytes([METADATA_VERSION]) + zlib.compress(json.dumps(payload).encode())
+
+
+def test_an_eager_member_sends_the_bytes_of_earlier_versions() -> None:
+    # Earlier versions neither write nor read the protocol fields: an eager member of this
+    # version is, on the wire, one of theirs.
+    eager = MemberMetadata(client_id="w1", url="http://h:1", owned_active={"t": [0]})
+    assert set(_payload(encode_metadata(eager))) == {"c", "u", "k", "g", "a"}
+    assert "P" not in _payload(encode_assignment(MemberAssignment(generation=3)))
+
+
+def test_a_member_without_the_protocol_field_speaks_eager() -> None:
+    old = decode_metadata(_packed({"c": "w1", "u": "http://h:1", "k": 1, "g": 4}))
+    assert (old.protocol, old.kept_owned) == ("eager", False)
+    old_share = decode_assignment(_packed({"g": 4}))
+    assert old_share.group_protocol == "eager"
+
+
+def test_a_protocol_this_version_does_not_know_counts_as_eager() -> None:
+    later = {"c": "w1", "u": "http://h:1", "k": 1, "g": 4, "P": "some-later-protocol"}
+    assert decode_metadata(_packed(later)).protocol == "eager"
+
+
+@pytest.mark.parametrize("bad", [{"P": 1}, {"K": "yes"}])
+def test_malformed_protocol_fields_are_refused(bad: dict[str, object]) -> None:
+    with pytest.raises(MetadataError, match="malformed"):
+        decode_metadata(_packed({"c": "w1", "u": "http://h:1", "k": 1, "g": 4, **bad}))

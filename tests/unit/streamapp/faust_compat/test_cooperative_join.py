@@ -1,0 +1,122 @@
+"""The cooperative join (KIP-429) on aiokafka's coordinator: what the listener is told, when.
+
+aiokafka's own steps around the wrapped ones (the JoinGroup and SyncGroup requests, applying an
+assignment) are stand-ins here; what the broker does with them is tested on a real one in
+tests/integration/test_cooperative_rebalance.py.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from aiokafka.abc import ConsumerRebalanceListener
+from aiokafka.consumer.subscription_state import SubscriptionState
+from aiokafka.coordinator.protocol import ConsumerProtocolMemberAssignment
+from aiokafka.structs import TopicPartition as TP
+
+from streamapp.faust_compat import coordinator as compat
+
+
+class Listener(ConsumerRebalanceListener):  # type: ignore[misc]
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, set[TP]]] = []
+
+    async def on_partitions_revoked(self, revoked: Any) -> None:
+        self.calls.append(("revoked", set(revoked)))
+
+    async def on_partitions_assigned(self, assigned: Any) -> None:
+        self.calls.append(("assigned", set(assigned)))
+
+
+class Assignor:
+    def __init__(self, keeps: bool) -> None:
+        self.keeps = keeps
+        self.prepared: list[bool] = []
+
+    def keeps_owned_through_join(self) -> bool:
+        return self.keeps
+
+    def on_join_prepared(self, *, kept_owned: bool) -> None:
+        self.prepared.append(kept_owned)
+
+
+class Coordinator:
+    """The attributes of aiokafka's GroupCoordinator the wrapped steps use."""
+
+    def __init__(self, assignor: Assignor, owned: set[TP]) -> None:
+        self._assignors = [assignor]
+        self.listener = Listener()
+        self._subscription = SubscriptionState()
+        self._subscription.subscribe({"t"}, listener=self.listener)
+        self._subscription.assign_from_subscribed(owned)
+        self._group_subscription: object = {"t"}
+        self.generation = 4
+        self.group_id = "g"
+        self.rejoins = 0
+
+    async def _maybe_do_last_autocommit(self, assignment: Any) -> None:
+        return None
+
+    def request_rejoin(self) -> None:
+        self.rejoins += 1
+
+
+@pytest.fixture(autouse=True)
+def _aiokafka_steps(monkeypatch: pytest.MonkeyPatch) -> None:
+    async def prepare(self: Coordinator, previous: Any) -> None:  # aiokafka's: revoke all
+        await self.listener.on_partitions_revoked(previous.tps if previous else set())
+
+    async def complete(self: Coordinator, _g: int, _m: str, _p: str, data: bytes) -> None:
+        assignment = ConsumerProtocolMemberAssignment.decode(data)
+        self._subscription.assign_from_subscribed(set(assignment.partitions()))
+        await self.listener.on_partitions_assigned(self._subscription.assigned_partitions())
+
+    monkeypatch.setattr(compat, "_original_on_join_prepare", prepare)
+    monkeypatch.setattr(compat, "_original_on_join_complete", complete)
+
+
+async def _join(coordinator: Coordinator, new: set[TP]) -> None:
+    previous = coordinator._subscription.subscription.assignment
+    await compat._on_join_prepare(coordinator, previous)
+    data = ConsumerProtocolMemberAssignment(
+        0, [("t", sorted(tp.partition for tp in new))], b""
+    ).encode()
+    await compat._on_join_complete(coordinator, 5, "m", "streamapp", data)
+
+
+OWNED = {TP("t", 0), TP("t", 1), TP("t", 2)}
+
+
+async def test_cooperative_keeps_through_the_join_and_revokes_only_what_it_lost() -> None:
+    coordinator = Coordinator(Assignor(keeps=True), OWNED)
+    await _join(coordinator, {TP("t", 0), TP("t", 1)})
+    assert coordinator.listener.calls == [
+        ("revoked", {TP("t", 2)}),  # after the SyncGroup, only the lost partition
+        ("assigned", {TP("t", 0), TP("t", 1)}),
+    ]
+    assert coordinator._assignors[0].prepared == [True]
+    assert coordinator.rejoins == 1  # the lost partition's new owner gets it in the next round
+
+
+async def test_cooperative_with_nothing_lost_does_not_rejoin() -> None:
+    coordinator = Coordinator(Assignor(keeps=True), OWNED)
+    await _join(coordinator, OWNED | {TP("t", 3)})
+    assert coordinator.listener.calls == [("revoked", set()), ("assigned", OWNED | {TP("t", 3)})]
+    assert coordinator.rejoins == 0
+
+
+async def test_a_member_whose_generation_was_reset_gives_everything_up_first() -> None:
+    coordinator = Coordinator(Assignor(keeps=True), OWNED)
+    coordinator.generation = -1  # fenced: others may hold its partitions already
+    await _join(coordinator, {TP("t", 0)})
+    assert coordinator.listener.calls == [("revoked", OWNED), ("assigned", {TP("t", 0)})]
+    assert coordinator._assignors[0].prepared == [False]
+    assert coordinator.rejoins == 0
+
+
+async def test_eager_is_aiokafkas_path() -> None:
+    coordinator = Coordinator(Assignor(keeps=False), OWNED)
+    await _join(coordinator, {TP("t", 0)})
+    assert coordinator.listener.calls == [("revoked", OWNED), ("assigned", {TP("t", 0)})]
+    assert coordinator.rejoins == 0

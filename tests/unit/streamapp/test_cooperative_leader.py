@@ -1,0 +1,157 @@
+"""The leader's choice of rebalance protocol (KIP-429), and what members are told to run next.
+
+The group runs cooperative only once every member speaks it; a member that kept its partitions
+through the join makes this rebalance cooperative whatever the others speak, so nothing it keeps
+goes straight to another member. Real faust App and assignor, no broker (the integration test
+is tests/integration/test_cooperative_rebalance.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import faust
+import pytest
+from aiokafka.coordinator.protocol import ConsumerProtocolMemberMetadata
+
+from assignor.metadata_codec import (
+    MemberMetadata,
+    decode_assignment,
+    decode_metadata,
+    encode_metadata,
+)
+from streamapp.group_scenario import MemberFacts, rebalance_protocols
+from streamapp.partition_assignor import StreamappPartitionAssignor
+from streamapp.settings import RebalanceProtocol, StreamappSettings
+
+TOPIC = "words"
+
+
+class Cluster:
+    def partitions_for_topic(self, topic: str) -> set[int] | None:
+        return set(range(4)) if topic == TOPIC else None
+
+
+@pytest.fixture
+def assignor(tmp_path: Path) -> StreamappPartitionAssignor:
+    app = faust.App(
+        "sa-coop",
+        store="rocksdb://",
+        datadir=str(tmp_path),
+        PartitionAssignor=StreamappPartitionAssignor,
+        web_port=6124,
+    )
+    app.streamapp_settings = StreamappSettings(  # type: ignore[attr-defined]
+        client_id="w1", num_standby_replicas=0, rebalance_protocol=RebalanceProtocol.COOPERATIVE
+    )
+    assert isinstance(app.assignor, StreamappPartitionAssignor)
+    return app.assignor
+
+
+def _member(client: str, protocol: str, owned: list[int], *, kept: bool = False) -> bytes:
+    meta = MemberMetadata(
+        client_id=client,
+        url=f"http://{client}:1",
+        host=client,
+        generation=1,
+        owned_active={TOPIC: owned} if owned else {},
+        protocol=protocol,
+        kept_owned=kept,
+    )
+    return encode_metadata(meta)
+
+
+def _plan(
+    assignor: StreamappPartitionAssignor, members: dict[str, bytes]
+) -> dict[str, tuple[list[int], str, bool]]:
+    out = assignor.assign(
+        Cluster(),  # type: ignore[arg-type]
+        {m: ConsumerProtocolMemberMetadata(0, [TOPIC], data) for m, data in members.items()},
+    )
+    shares = {m: decode_assignment(a.user_data) for m, a in out.items()}
+    return {
+        m: (s.active.get(TOPIC, []), s.group_protocol, s.followup_rebalance)
+        for m, s in shares.items()
+    }
+
+
+def test_all_cooperative_withholds_a_moving_partition_for_one_round(
+    assignor: StreamappPartitionAssignor,
+) -> None:
+    # a holds everything and kept it through the join; b is new: what moves to b is taken from
+    # a now and given to b in the next round only.
+    plan = _plan(
+        assignor,
+        {
+            "a": _member("a", "cooperative", [0, 1, 2, 3], kept=True),
+            "b": _member("b", "cooperative", []),
+        },
+    )
+    kept, protocol, followup = plan["a"]
+    assert protocol == "cooperative" and followup
+    assert plan["b"][0] == []
+    assert 0 < len(kept) < 4  # a keeps its share, gives up the rest, nobody gets that yet
+    # The next round: a rejoined owning only what it kept; b now gets the rest.
+    plan = _plan(
+        assignor,
+        {"a": _member("a", "cooperative", kept, kept=True), "b": _member("b", "cooperative", [])},
+    )
+    assert plan["a"][0] == kept
+    assert sorted(plan["b"][0]) == sorted(set(range(4)) - set(kept))
+    assert not plan["a"][2]
+
+
+def test_a_mixed_group_runs_eager(assignor: StreamappPartitionAssignor) -> None:
+    plan = _plan(
+        assignor, {"a": _member("a", "cooperative", [0, 1, 2, 3]), "b": _member("b", "eager", [])}
+    )
+    assert {p for share, _, _ in plan.values() for p in share} == {0, 1, 2, 3}  # nothing held
+    assert {protocol for _, protocol, _ in plan.values()} == {"eager"}
+
+
+def test_an_eager_member_joining_a_cooperative_group_still_gets_nothing_a_member_kept(
+    assignor: StreamappPartitionAssignor,
+) -> None:
+    plan = _plan(
+        assignor,
+        {"a": _member("a", "cooperative", [0, 1, 2, 3], kept=True), "b": _member("b", "eager", [])},
+    )
+    assert plan["b"][0] == []  # withheld: a still holds what moves
+    assert plan["a"][1] == "eager"  # ... and the next rebalance is eager for everyone
+
+
+def test_an_old_member_without_the_field_is_eager() -> None:
+    old = MemberMetadata(client_id="old", url="http://old:1")
+    new = replace(old, client_id="new", protocol="cooperative")
+    assert rebalance_protocols([MemberFacts([TOPIC], old), MemberFacts([TOPIC], new)]) == (
+        "eager",
+        "eager",
+    )
+    assert rebalance_protocols([MemberFacts([TOPIC], new)]) == ("cooperative", "cooperative")
+    # An unreadable member gets no work: it does not hold the group back.
+    assert rebalance_protocols([MemberFacts([TOPIC], new), MemberFacts([TOPIC], None)]) == (
+        "cooperative",
+        "cooperative",
+    )
+
+
+def test_a_member_keeps_its_partitions_only_once_the_group_runs_cooperative(
+    assignor: StreamappPartitionAssignor,
+) -> None:
+    assert not assignor.keeps_owned_through_join()  # no plan yet
+    plan = {"w1": assignor.metadata({TOPIC}).user_data, "b": _member("b", "cooperative", [])}
+    assert decode_metadata(plan["w1"]).protocol == "cooperative"
+    out = assignor.assign(
+        Cluster(),  # type: ignore[arg-type]
+        {m: ConsumerProtocolMemberMetadata(0, [TOPIC], d) for m, d in plan.items()},
+    )
+    assignor.on_assignment(out["w1"])
+    assert assignor.keeps_owned_through_join()
+    assignor.on_join_prepared(kept_owned=True)
+    assert decode_metadata(assignor.metadata({TOPIC}).user_data).kept_owned
+    # Under the eager setting a worker never keeps, whatever the group's protocol.
+    assignor.app.streamapp_settings = replace(  # type: ignore[attr-defined]
+        assignor.settings, rebalance_protocol=RebalanceProtocol.EAGER
+    )
+    assert not assignor.keeps_owned_through_join()
