@@ -52,7 +52,7 @@ class StreamappSettings:
     # On by default: a worker restarted on its data dir (a crash, a deploy) takes its place
     # back at once instead of the group waiting out the old member's session timeout, and the
     # id it joins under (its client id) is already unique per worker.
-    static_membership: bool = False
+    static_membership: bool = True
 
     def __post_init__(self) -> None:
         if not isinstance(self.bad_record_policy, BadRecordPolicy):
