@@ -10,7 +10,9 @@ Per group, in three linear passes:
 2. Local state: each task left over goes to a member with free quota that
    can take it without a replay: one that claimed part of it, else a
    caught-up member, least lag first (its standby, or a member that
-   restarted with its state on disk).
+   restarted with its state on disk). Tasks that fewer members can take
+   are placed first, so that a member caught up on several does not use
+   its quota on one another member could have taken.
 3. The rest fill the remaining quota in member order.
 
 Who is caught up, and in which order caught-up members are tried, is
@@ -125,7 +127,13 @@ def _place_group(
     #    fresh group), nobody can: every task goes on to pass 3 as it is.
     leftover: list[int] = sorted(unowned + released)
     if facts.has_state or facts.other_claimants:
-        waiting, leftover = leftover, []
+        # Fewest possible takers first: a task only one member can take gets it before a
+        # task that member shares with others does. In task order, a member caught up on
+        # two tasks took the first and left the second to pass 3 (and a warmup), while
+        # another member could have taken the first without a replay (seen in a rolling
+        # restart: w2 and w3 both caught up on task 2, only w2 on task 3).
+        candidates = {p: sum(1 for m in takers(p) if free.get(m, 0) > 0) for p in leftover}
+        waiting, leftover = sorted(leftover, key=lambda p: (candidates[p], p)), []
         for p in waiting:
             best = next((m for m in takers(p) if free.get(m, 0) > 0), -1)
             if best == -1:
@@ -133,6 +141,7 @@ def _place_group(
             else:
                 owners[p] = best
                 free[best] -= 1
+        leftover.sort()
 
     # 3. Fill what is left in member order.
     open_members = iter(sorted(m for m, n in free.items() if n > 0))

@@ -39,8 +39,8 @@ class App(FaustApp):
     ``bad_record_policy`` (``"skip"``, ``"dead-letter"`` or ``"fail"``) says what a record
     that cannot be decoded, or whose processing raises, does; dead letters go to
     ``dead_letter_topic``, by default ``<id>-dead-letters`` (see `streamapp.bad_records`).
-    ``static_membership`` (off by default for now) makes each worker a static member of the
-    group, its ``group.instance.id`` its client id (see `streamapp.faust_compat.static_membership`).
+    ``static_membership`` (on by default) makes each worker a static member of the group, its
+    ``group.instance.id`` its client id (see `streamapp.faust_compat.static_membership`).
     """
 
     streamapp_settings: StreamappSettings

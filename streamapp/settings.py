@@ -64,7 +64,7 @@ class StreamappSettings:
     # On by default: a worker restarted on its data dir (a crash, a deploy) takes its place
     # back at once instead of the group waiting out the old member's session timeout, and the
     # id it joins under (its client id) is already unique per worker.
-    static_membership: bool = False
+    static_membership: bool = True
     # Eager by default for now: Faust's own rebalance handling still stops every partition, so
     # cooperative saves the revocation of kept partitions only (issue 15 makes it incremental).
     rebalance_protocol: RebalanceProtocol = RebalanceProtocol.EAGER

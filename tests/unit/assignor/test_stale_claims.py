@@ -165,3 +165,29 @@ def test_any_rolling_restart_gives_the_worker_back_its_own_tasks(
         assert len(own_g & back_g) == min(len(own_g), len(back_g)), (g, own_g, back_g)
         checked = checked or bool(own_g)
     event("checked its stateful tasks" if checked else "it held no stateful task")
+
+
+def test_a_stopped_workers_tasks_go_where_neither_needs_a_warmup() -> None:
+    # Seen in the rolling-restart integration test: w1 (tasks 2, 3) stopped. w2 is caught up on
+    # both (its standby of 3, an older store of 2), w3 only on 2 (its standby). Placed in task
+    # order, w2 took 2, leaving 3 to w3 to replay: 3 was held back on w2 for a warmup, and the
+    # follow-up moved another of w2's tasks, so w2 and w3 no longer held what they had held.
+    s = _scenario(END)
+    s["members"] = {
+        "m-w2": _member("w2", 5, [0, 1], [2, 3], END),
+        "m-w3": _member("w3", 5, [4, 5], [2], END),
+    }
+    for member_ids in (("m-w2", "m-w3"), ("m-w3", "m-w2")):
+        # Either member first in member order (static members' ids start with the client id).
+        renamed = copy.deepcopy(s)
+        renamed["members"] = {
+            f"{i}-{name}": renamed["members"][name] for i, name in enumerate(member_ids)
+        }
+        result = plan(renamed)
+        by_client = {
+            m["client_id"]: sorted(result["members"][mid]["active"].get("events", []))
+            for mid, m in renamed["members"].items()
+        }
+        assert by_client == {"w2": [0, 1, 3], "w3": [2, 4, 5]}, member_ids
+        assert result["stats"]["held_back_for_warmup"] == 0
+        assert result["followup_rebalance"] is False

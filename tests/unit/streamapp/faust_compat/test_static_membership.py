@@ -145,13 +145,13 @@ async def test_a_fenced_answer_stops_once_and_sends_no_leave() -> None:
 
 def test_the_instance_id_is_the_client_id_unless_the_app_sets_one() -> None:
     app = faust.App("static-unit", broker="kafka://127.0.0.1:1")
-    use_static_membership(app, StreamappSettings(client_id="w1", static_membership=True))
+    use_static_membership(app, StreamappSettings(client_id="w1"))  # on by default
     assert app.conf.consumer_group_instance_id == "w1"
 
     own = faust.App("static-unit", broker="kafka://127.0.0.1:1", consumer_group_instance_id="x")
-    use_static_membership(own, StreamappSettings(client_id="w1", static_membership=True))
+    use_static_membership(own, StreamappSettings(client_id="w1"))
     assert own.conf.consumer_group_instance_id == "x"
 
     off = faust.App("static-unit", broker="kafka://127.0.0.1:1")
-    use_static_membership(off, StreamappSettings(client_id="w1"))  # off by default
+    use_static_membership(off, StreamappSettings(client_id="w1", static_membership=False))
     assert off.conf.consumer_group_instance_id is None
