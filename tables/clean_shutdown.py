@@ -16,13 +16,13 @@ no marker behind.
 Only a store this process wrote to can hold such writes. A standby or warmup replica applies
 committed changelog records only (the consumer reads ``read_committed`` under exactly_once), and
 its offset is set with them, so it holds committed state whatever the crash interrupted. Each
-store therefore carries a mark, ``<tabledir>/streamapp-active-stores/<table>-<partition>.db``,
-made durable (file and directory fsynced) as the partition is assigned to this process as an
-active, before Faust opens the store and before any agent can write to it. After an unclean
-stop under exactly_once only the marked stores are discarded; the others are kept and recovery
-replays their tail. A mark is removed only as the next run starts: all of them after a clean
-shutdown (every store then holds committed state), or with the store it marks when that store
-is discarded. A store that was a standby, became active and then crashed is marked, so it goes;
+store therefore carries a mark, ``<tabledir>/streamapp-active-stores/<store>.active``, made
+durable (file and directory fsynced) as the partition is assigned to this process as an active,
+before Faust opens the store and before any agent can write to it. After an unclean stop under
+exactly_once only the marked stores are discarded; the others are kept and recovery replays
+their tail. A mark is removed only as the next run starts: all of them after a clean shutdown
+(every store then holds committed state), or with the store it marks when that store is
+discarded. A store that was a standby, became active and then crashed is marked, so it goes;
 one marked, revoked and then a standby again stays marked until a clean shutdown, as the writes
 of a transaction aborted at its revocation may still be in it.
 
@@ -51,8 +51,10 @@ from tables.inventory import scan_stores
 logger = logging.getLogger(__name__)
 
 MARKER_FILE = "streamapp-clean-shutdown"
-#: Beside the stores: one file per store this process may have written uncommitted state to.
+#: Beside the stores: one file per store this process may have written uncommitted state to,
+#: ``<table>-<partition>.db.active`` (not ``.db``: nothing looking for stores may take it for one).
 ACTIVE_MARKS_DIR = "streamapp-active-stores"
+MARK_SUFFIX = ".active"
 
 
 class StateInUseError(RuntimeError):
@@ -83,7 +85,11 @@ def active_marks(tabledir: Path) -> set[str]:
     marks_dir = tabledir / ACTIVE_MARKS_DIR
     if not marks_dir.is_dir():
         return set()
-    return {path.name for path in marks_dir.iterdir() if not path.name.endswith(".tmp")}
+    return {
+        path.name.removesuffix(MARK_SUFFIX)
+        for path in marks_dir.iterdir()
+        if path.name.endswith(MARK_SUFFIX)
+    }
 
 
 def begin_run(tabledir: str | Path, data_dir: str | Path, *, exactly_once: bool) -> list[Path]:
@@ -136,7 +142,7 @@ def begin_run(tabledir: str | Path, data_dir: str | Path, *, exactly_once: bool)
     present = {store.path.name for store in stores if store not in doomed}
     for name in marked:
         if clean or (exactly_once and name not in present):
-            (marks_dir / name).unlink(missing_ok=True)
+            (marks_dir / (name + MARK_SUFFIX)).unlink(missing_ok=True)
     _make_durable_dir(marks_dir)
     # Last: until here a crash leaves the previous run's verdict as it was.
     marker.unlink(missing_ok=True)
@@ -151,7 +157,7 @@ def mark_active(tabledir: str | Path, store_names: Iterable[str]) -> list[str]:
     marks_dir = Path(tabledir) / ACTIVE_MARKS_DIR
     added = []
     for name in store_names:
-        path = marks_dir / name
+        path = marks_dir / (name + MARK_SUFFIX)
         if path.exists():
             continue
         marks_dir.mkdir(parents=True, exist_ok=True)
