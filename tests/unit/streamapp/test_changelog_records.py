@@ -114,13 +114,13 @@ def test_an_undecodable_changelog_record_becomes_a_stand_in_whatever_the_policy(
     tmp_path: Path, policy: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     app, table = _app(tmp_path, policy)
+    topic = table.changelog_topic
     found = changelog_table(app, TOPIC)
     assert found is table
     assert changelog_table(app, "app-other") is None
     global_table = app.GlobalTable("g", default=int, partitions=2)
     assert skips_undecodable(global_table) and skips_undecodable(table)
 
-    topic = table.changelog_topic
     caplog.set_level(logging.WARNING)
     event = asyncio.run(
         topic.decode(_message(5, b'"k"', b"{{ not json", partition=1), propagate=True)
