@@ -101,6 +101,8 @@ class App(FaustApp):
         # A table write encodes its key and value once, for the changelog and the store alike,
         # and a windowed table's recovered windows expire (faust-streaming/faust #385).
         options.setdefault("Table", "streamapp.faust_compat.window_expiry:Table")
+        # A changelog record a table cannot decode is skipped by recovery, not waited for.
+        options.setdefault("GlobalTable", "streamapp.changelog_records:GlobalTable")
         # Disabled log levels cost nothing once the worker runs (see streamapp.faust_worker).
         options.setdefault("Worker", "streamapp.faust_worker:Worker")
         super().__init__(id, **options)

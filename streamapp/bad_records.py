@@ -63,6 +63,13 @@ from faust.transport.consumer import TopicPartitionGroup, TransactionManager
 from faust.types import AppT, EventT, Message, StreamT, TopicT
 from faust.types.agents import AgentFun
 
+from streamapp.changelog_records import (
+    UndecodableChangelogRecord,
+    changelog_table,
+    counted_already,
+    skips_undecodable,
+)
+
 logger = logging.getLogger(__name__)
 
 __all__ = [
@@ -152,6 +159,13 @@ class BadRecord:
 
     def skipped_line(self) -> str:
         return f"streamapp: skipped record {self.where}: {self.cause} (bad_record_policy=skip)"
+
+    def changelog_skipped_line(self, table: str) -> str:
+        return (
+            f"streamapp: changelog record of table {table} partition {self.partition} at "
+            f"offset {self.offset} ({self.where}) cannot be used: {self.cause}; recovery "
+            "skipped it (not stored in the table), whatever bad_record_policy says"
+        )
 
     def dead_lettered_line(self, topic: str) -> str:
         return f"streamapp: record {self.where} sent to dead-letter topic {topic}: {self.cause}"
@@ -401,14 +415,25 @@ class Topic(faust.Topic):
             except (KeyDecodeError, ValueDecodeError) as exc:
                 is_key = isinstance(exc, KeyDecodeError)
                 handler = bad_records_of(self.app)
-                if handler is not None:
-                    record = BadRecord(
-                        message.topic,
-                        message.partition,
-                        message.offset,
-                        Stage.KEY_DECODE if is_key else Stage.VALUE_DECODE,
-                        exc,
+                record = BadRecord(
+                    message.topic,
+                    message.partition,
+                    message.offset,
+                    Stage.KEY_DECODE if is_key else Stage.VALUE_DECODE,
+                    exc,
+                )
+                table = changelog_table(self.app, message.topic)
+                if table is not None and skips_undecodable(table):
+                    # Recovery counts it and the store does not take it, whatever the policy
+                    # (streamapp.changelog_records).
+                    if not counted_already(self.app, message.tp, message.offset):
+                        if handler is not None:
+                            handler.counts.skipped(record.topic, record.stage)
+                        logger.warning("%s", record.changelog_skipped_line(table.name))
+                    return UndecodableChangelogRecord(
+                        self.app, None, None, message.headers, message
                     )
+                if handler is not None:
                     await handler.on_bad_record(record, message)
                 if propagate:
                     raise

@@ -20,6 +20,7 @@ from faust.types import TP
 from faust.types.tables import CollectionT
 
 from streamapp.faust_compat.access import forget_store_partition, open_store_partitions
+from tables.clean_shutdown import mark_active
 from tables.damaged import beyond_partition_count, move_aside, stores_of, unreadable_because
 
 logger = logging.getLogger(__name__)
@@ -57,6 +58,23 @@ def close_and_move_aside(table: CollectionT, partition: int) -> Path | None:
     if not path.exists():
         return None
     return move_aside(path)
+
+
+def mark_assigned_actives(table: CollectionT, actives: Iterable[TP]) -> list[str]:
+    """Mark the table's stores of the changelog partitions in ``actives`` as written by this
+    run (`tables.clean_shutdown`), durably, before Faust opens them for the assignment and
+    agents write to them; returns the store names newly marked."""
+    store = rocksdb_store(table)
+    if store is None:
+        return []
+    topic = changelog_topic(table)
+    paths = [
+        store.partition_path(p)
+        for p in sorted({tp.partition for tp in actives if tp.topic == topic})
+    ]
+    if not paths:
+        return []
+    return mark_active(paths[0].parent, [path.name for path in paths])
 
 
 def set_aside_unreadable(table: CollectionT, tps: Iterable[TP]) -> list[Path]:

@@ -395,7 +395,11 @@ class TableManager(FaustTableManager):
     ) -> None:
         # Before Faust opens the assigned stores (its tables' own on_rebalance), where a
         # store that cannot be opened would raise RocksDB's Corruption out of the rebalance.
+        # The active ones are marked first: from here agents may write to them, and after a
+        # crash under exactly_once a marked store is discarded (tables.clean_shutdown).
+        actives = self.app.assignor.assigned_actives()
         for table in self.values():
+            store_guard.mark_assigned_actives(table, actives)
             store_guard.set_aside_unreadable(table, assigned)
             count = self.app.consumer.topic_partitions(store_guard.changelog_topic(table))
             store_guard.set_aside_beyond_partition_count(table, count)

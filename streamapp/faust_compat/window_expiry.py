@@ -37,6 +37,7 @@ from typing import Any
 from faust.stores.rocksdb import Store as RocksDBStore
 from faust.types import TP
 
+from streamapp.changelog_records import SkipsUndecodableChangelogRecords
 from streamapp.faust_compat.encode_once import Table as EncodeOnceTable
 
 __all__ = ["Table", "rebuild_expiry_heap"]
@@ -77,8 +78,9 @@ def rebuild_expiry_heap(table: Any, partitions: Iterable[int]) -> int:
     return count
 
 
-class Table(EncodeOnceTable):
-    """streamapp's table (`encode_once.Table`) whose windows expire after a recovery too."""
+class Table(SkipsUndecodableChangelogRecords, EncodeOnceTable):
+    """streamapp's table (`encode_once.Table`) whose windows expire after a recovery too, and
+    whose recovery skips changelog records it cannot decode (`streamapp.changelog_records`)."""
 
     async def on_recovery_completed(self, active_tps: set[TP], standby_tps: set[TP]) -> None:
         await super().on_recovery_completed(active_tps, standby_tps)

@@ -100,7 +100,8 @@ def test_demo_exactly_once_with_a_worker_crash_loses_and_repeats_nothing(
     assert result.counters.get("duplicate_click", 0) == 0
     unmatched = result.counters.get("unmatched", 0) + result.pending_at_end
     assert unmatched == truth.orphan_clicks > 0
-    # ...because the restarted worker found no clean-shutdown marker and dropped its stores.
+    # ...because the restarted worker found no clean-shutdown marker and dropped the stores it
+    # held as actives (its standby stores, committed records only, are kept).
     victim_log = (tmp_path / "demo" / "worker-2.log").read_text(errors="replace")
     assert "discarding" in victim_log and "did not shut down cleanly" in victim_log
     # ...and the output has each attribution exactly once.

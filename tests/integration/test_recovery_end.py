@@ -469,3 +469,63 @@ def test_a_compacted_changelog_with_tombstones_and_gaps(
         run.wait_resumed()
         assert run.counts() == expected
         run.assert_without_fallback()
+
+
+@pytest.mark.parametrize("guarantee", ["at_least_once", "exactly_once"])
+def test_changelog_records_the_table_cannot_decode_are_skipped(
+    kafka_bootstrap: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, guarantee: str
+) -> None:
+    # Before: each was skipped as it was decoded, so recovery never saw its offset. As the
+    # partition's last record, the replay waited for it forever under at_least_once (Faust's
+    # "No event received for active tp" every 5 s) and for its ~15 s fallback under
+    # exactly_once.
+    app_id = f"it-recend-undecodable-{guarantee.replace('_', '-')}"
+    _use_app(monkeypatch, app_id, guarantee)
+    events = [(f"k{i % 4}", b"x") for i in range(20)]
+    expected = _start_and_fill(kafka_bootstrap, app_id, tmp_path / "w1", events)
+    changelog = changelog_topic(app_id)
+    first = _changelog_ends(kafka_bootstrap, app_id)[0]
+    # Someone else writes to the changelog: a value that is not JSON, a record the table can
+    # read, then a key that is not JSON, the partition's last record.
+    asyncio.run(
+        _produce_to(
+            kafka_bootstrap,
+            changelog,
+            0,
+            [(b'"k-bad-value"', b"{{ not json"), (b'"k-after"', b"4"), (b"\xff not json", b"1")],
+        )
+    )
+    ends = _changelog_ends(kafka_bootstrap, app_id)
+    assert ends[0] == first + 3
+    expected = {**expected, "k-after": 4}
+
+    def skipped_lines(run: Run) -> list[str]:
+        return run.lines(f"streamapp: changelog record of table {TABLE} partition 0 at offset")
+
+    # A worker with no state replays both changelogs in full, the bad records included.
+    with Run(kafka_bootstrap, tmp_path / "w2") as run:
+        run.wait_resumed(timeout=60)
+        assert run.counts() == expected
+        lines = skipped_lines(run)
+        assert len(lines) == 2, lines
+        assert (
+            f"at offset {first} ({changelog}[0]@{first}) cannot be used: value cannot" in (lines[0])
+        ), lines
+        assert (
+            f"at offset {first + 2} ({changelog}[0]@{first + 2}) cannot be used: key cannot"
+            in (lines[1])
+        ), lines
+        # Counted as replayed (the progress and the end of the replay are true) and as skipped.
+        [resumed] = run.lines(RESUMED)
+        assert f", {sum(ends.values())} changelog records replayed" in resumed, resumed
+        view = run.worker.get_json("/streamapp/assignment")
+        assert view["bad_records"][changelog]["skipped"] == 2, view["bad_records"]
+        run.assert_without_fallback()
+        assert run.worker.stop() == 0, run.worker.log_tail()
+
+    # Its store's offset is past them: back on its own state, nothing is skipped again.
+    with Run(kafka_bootstrap, tmp_path / "w2") as run:
+        run.wait_resumed(timeout=60)
+        assert run.counts() == expected
+        assert skipped_lines(run) == []
+        run.assert_without_fallback()

@@ -2,7 +2,8 @@
 is ``delete`` deletes its key instead (a tombstone in the changelog).
 
 Each test runs its own app id (topics, group) on the session's broker, under the processing
-guarantee it asks for, both from the environment.
+guarantee it asks for, with the standby replicas it asks for (none unless it says), all from the
+environment.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from streamapp import App
 PARTITIONS = 2
 APP_ID_ENV = "IT_RECOVERY_END_APP_ID"
 GUARANTEE_ENV = "IT_RECOVERY_END_GUARANTEE"
+STANDBYS_ENV = "IT_RECOVERY_END_STANDBYS"
 APP_ID = os.environ.get(APP_ID_ENV, "it-recovery-end")
 TABLE = "rec-counts"
 
@@ -31,8 +33,8 @@ app = App(
     APP_ID,
     topic_partitions=PARTITIONS,
     processing_guarantee=os.environ.get(GUARANTEE_ENV, "exactly_once"),
-    # One worker at a time in these tests: no standby to place.
-    num_standby_replicas=0,
+    # One worker at a time in most of these tests: no standby to place.
+    num_standby_replicas=int(os.environ.get(STANDBYS_ENV, "0")),
     broker_commit_interval=0.5,
 )
 events = app.topic(
@@ -58,5 +60,5 @@ async def count_events(stream: Any) -> None:
 
 @app.page("/counts/")
 async def get_counts(web: Any, request: Any) -> Any:
-    # Only this worker's partitions; the tests run one worker, which holds them all.
+    # Only the partitions active on this worker (Faust's items() of a rocksdb table).
     return web.json({key: value for key, value in counts.items()})

@@ -11,15 +11,18 @@ import pytest
 import rocksdict
 
 from tables.clean_shutdown import (
+    ACTIVE_MARKS_DIR,
     MARKER_FILE,
     StateInUseError,
+    active_marks,
     begin_run,
+    mark_active,
     mark_clean_shutdown,
     must_discard,
     store_paths,
 )
 from tables.inventory import OFFSET_KEY, LocalStateInventory
-from tables.ownership import OWNERSHIP_FILE, Ownership, save_ownership
+from tables.ownership import OWNERSHIP_FILE, Ownership, load_ownership, save_ownership
 
 CHANGELOGS = {"counts": "app-counts-changelog"}
 
@@ -34,21 +37,30 @@ def _store(tabledir: Path, name: str, offset: int) -> Path:
 
 
 @pytest.mark.parametrize(
-    ("exactly_once", "clean_shutdown", "has_stores", "expected"),
+    ("exactly_once", "clean_shutdown", "marks_kept", "marked_active", "expected"),
     [
-        (True, False, True, True),  # the one case: a crash under exactly_once
-        (True, True, True, False),
-        (True, False, False, False),  # first start, or nothing kept
-        (False, False, True, False),  # at_least_once replays over what it has
-        (False, True, True, False),
+        # A crash under exactly_once: a store this run wrote to goes, a replica's stays.
+        (True, False, True, True, True),
+        (True, False, True, False, False),
+        # ... unless the data dir kept no marks (an older streamapp's): nothing is known.
+        (True, False, False, False, True),
+        # A clean stop: every store holds committed state.
+        (True, True, True, True, False),
+        (True, True, False, False, False),
+        # at_least_once replays over what it has.
+        (False, False, True, True, False),
+        (False, False, False, False, False),
     ],
 )
-def test_must_discard_only_unclean_state_under_exactly_once(
-    exactly_once: bool, clean_shutdown: bool, has_stores: bool, expected: bool
+def test_must_discard_only_stores_written_before_a_crash_under_exactly_once(
+    exactly_once: bool, clean_shutdown: bool, marks_kept: bool, marked_active: bool, expected: bool
 ) -> None:
     assert (
         must_discard(
-            exactly_once=exactly_once, clean_shutdown=clean_shutdown, has_stores=has_stores
+            exactly_once=exactly_once,
+            clean_shutdown=clean_shutdown,
+            marks_kept=marks_kept,
+            marked_active=marked_active,
         )
         is expected
     )
@@ -63,7 +75,9 @@ def _worker_dirs(tmp_path: Path) -> tuple[Path, Path]:
     return data_dir, tabledir
 
 
-def test_after_a_crash_under_exactly_once_the_stores_and_claims_are_gone(tmp_path: Path) -> None:
+def test_after_a_crash_in_a_data_dir_without_marks_every_store_and_claim_goes(
+    tmp_path: Path,
+) -> None:
     data_dir, tabledir = _worker_dirs(tmp_path)
     (tabledir / "unrelated.txt").write_text("kept")
     discarded = begin_run(tabledir, data_dir, exactly_once=True)
@@ -72,7 +86,69 @@ def test_after_a_crash_under_exactly_once_the_stores_and_claims_are_gone(tmp_pat
     assert (tabledir / "unrelated.txt").exists()
     # The inventory reports no state, and the worker claims no tasks it held.
     assert LocalStateInventory(tabledir, CHANGELOGS).offsets() == {}
-    assert not (data_dir / OWNERSHIP_FILE).exists()
+    assert load_ownership(data_dir) == Ownership(generation=4)
+    # From now on the data dir keeps marks: a crash of a run that made none discards nothing.
+    assert (tabledir / ACTIVE_MARKS_DIR).is_dir()
+    _store(tabledir, "counts-3.db", 9)
+    assert begin_run(tabledir, data_dir, exactly_once=True) == []
+
+
+def _run_with_marks(tmp_path: Path, *marked: str) -> tuple[Path, Path]:
+    """A data dir whose last run started cleanly, marked ``marked`` active, then crashed."""
+    data_dir, tabledir = _worker_dirs(tmp_path)
+    save_ownership(data_dir, Ownership(generation=4, active={"src": [0]}, standby={"src": [3]}))
+    mark_clean_shutdown(tabledir)
+    assert begin_run(tabledir, data_dir, exactly_once=True) == []
+    assert mark_active(tabledir, marked) == list(marked)
+    return data_dir, tabledir
+
+
+def test_after_a_crash_under_exactly_once_only_the_stores_written_go(tmp_path: Path) -> None:
+    data_dir, tabledir = _run_with_marks(tmp_path, "counts-0.db")
+    discarded = begin_run(tabledir, data_dir, exactly_once=True)
+    assert [p.name for p in discarded] == ["counts-0.db"]
+    # The standby's store and its claim stay; the active's claim goes with its store.
+    assert LocalStateInventory(tabledir, CHANGELOGS).offsets() == {"app-counts-changelog": {3: 8}}
+    assert load_ownership(data_dir) == Ownership(generation=4, standby={"src": [3]})
+    assert active_marks(tabledir) == set()
+    # Nothing is marked in the run that follows until it is assigned an active: its own crash
+    # keeps the standby.
+    assert begin_run(tabledir, data_dir, exactly_once=True) == []
+
+
+def test_a_standby_that_became_active_before_the_crash_goes(tmp_path: Path) -> None:
+    data_dir, tabledir = _run_with_marks(tmp_path)
+    # A rebalance promoted partition 3, whose store was a standby until then.
+    assert mark_active(tabledir, ["counts-3.db"]) == ["counts-3.db"]
+    assert mark_active(tabledir, ["counts-3.db"]) == []  # marked once
+    discarded = begin_run(tabledir, data_dir, exactly_once=True)
+    assert [p.name for p in discarded] == ["counts-3.db"]
+    assert LocalStateInventory(tabledir, CHANGELOGS).offsets() == {"app-counts-changelog": {0: 42}}
+
+
+def test_a_clean_stop_clears_every_mark(tmp_path: Path) -> None:
+    data_dir, tabledir = _run_with_marks(tmp_path, "counts-0.db", "counts-3.db")
+    mark_clean_shutdown(tabledir)
+    assert begin_run(tabledir, data_dir, exactly_once=True) == []
+    assert active_marks(tabledir) == set()
+    assert len(store_paths(tabledir)) == 2
+
+
+def test_a_crash_under_at_least_once_keeps_the_marks_for_a_switch_to_exactly_once(
+    tmp_path: Path,
+) -> None:
+    data_dir, tabledir = _run_with_marks(tmp_path, "counts-0.db")
+    assert begin_run(tabledir, data_dir, exactly_once=False) == []
+    assert active_marks(tabledir) == {"counts-0.db"}
+    # The at_least_once run crashes too; the next runs under exactly_once.
+    discarded = begin_run(tabledir, data_dir, exactly_once=True)
+    assert [p.name for p in discarded] == ["counts-0.db"]
+
+
+def test_a_mark_without_its_store_is_dropped(tmp_path: Path) -> None:
+    data_dir, tabledir = _run_with_marks(tmp_path, "counts-5.db")  # never created
+    assert begin_run(tabledir, data_dir, exactly_once=True) == []
+    assert active_marks(tabledir) == set()
 
 
 def test_after_a_clean_stop_the_stores_are_kept_and_the_marker_consumed(tmp_path: Path) -> None:
@@ -83,8 +159,9 @@ def test_after_a_clean_stop_the_stores_are_kept_and_the_marker_consumed(tmp_path
         "app-counts-changelog": {0: 42, 3: 8}
     }
     assert (data_dir / OWNERSHIP_FILE).exists()
-    # A crash in this run must be noticed at the next start.
+    # A crash in this run must be noticed at the next start: what it marked active goes.
     assert not (tabledir / MARKER_FILE).exists()
+    mark_active(tabledir, ["counts-0.db", "counts-3.db"])
     assert len(begin_run(tabledir, data_dir, exactly_once=True)) == 2
 
 

@@ -1,0 +1,237 @@
+"""A worker killed under exactly_once keeps its standby stores (issue 14), on a real broker.
+
+Under exactly_once a store this process wrote to may hold writes of the transaction the crash
+aborted, so it is discarded as the worker restarts and restored from the changelog. A standby's
+store applied committed changelog records only: it is kept, and recovery replays its tail.
+The test starts one worker, then a second that takes over a partition through a warmup, so the
+second one's standby store was never active there; kills the second with SIGKILL, writes more
+while it is down, and restarts it. The table ends exact.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+from streamapp.testing.kafka_io import create_topic
+from streamapp.testing.worker import WorkerProcess
+from tables.inventory import read_persisted_offset
+
+from .apps.recovery_end import (
+    APP_ID_ENV,
+    GUARANTEE_ENV,
+    PARTITIONS,
+    STANDBYS_ENV,
+    TABLE,
+    changelog_topic,
+    source_topic,
+)
+from .workers import wait_for_workers
+
+APP = "tests.integration.apps.recovery_end:app"
+APP_ID = "it-eos-crash-standbys"
+SOURCE = source_topic(APP_ID)
+CHANGELOG = changelog_topic(APP_ID)
+DISCARDING = "streamapp: discarding "
+
+
+async def _produce(bootstrap: str, events: list[tuple[str, bytes]]) -> None:
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
+    await producer.start()
+    try:
+        for key, value in events:
+            await producer.send(SOURCE, key=key.encode(), value=value)
+        await producer.flush()
+    finally:
+        await producer.stop()
+
+
+async def _changelog_ends(bootstrap: str) -> dict[int, int]:
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed")
+    await consumer.start()
+    try:
+        tps = [TopicPartition(CHANGELOG, p) for p in range(PARTITIONS)]
+        ends = await consumer.end_offsets(tps)
+        return {tp.partition: ends[tp] for tp in tps}
+    finally:
+        await consumer.stop()
+
+
+async def _lag_when_replicated(bootstrap: str) -> dict[int, int]:
+    """partition -> the lag a replica that applied every committed record shows: the offsets
+    after the last record (its commit marker), which no replica is handed."""
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap, isolation_level="read_committed", enable_auto_commit=False
+    )
+    await consumer.start()
+    try:
+        tps = [TopicPartition(CHANGELOG, p) for p in range(PARTITIONS)]
+        consumer.assign(tps)
+        ends = await consumer.end_offsets(tps)
+        last: dict[int, int] = {}
+        for tp in tps:
+            consumer.seek(tp, 0)
+            while await consumer.position(tp) < ends[tp]:
+                batch = await consumer.getmany(tp, timeout_ms=1000)
+                for record in batch.get(tp, []):
+                    last[tp.partition] = record.offset
+        return {tp.partition: ends[tp] - (last.get(tp.partition, -1) + 1) for tp in tps}
+    finally:
+        await consumer.stop()
+
+
+class Group:
+    def __init__(self, bootstrap: str, root: Path) -> None:
+        self.bootstrap = bootstrap
+        self.root = root
+        self.workers: dict[str, WorkerProcess] = {}
+        self.expected: Counter[str] = Counter()
+
+    def start(self, name: str) -> WorkerProcess:
+        worker = self.workers.get(name) or WorkerProcess(APP, self.bootstrap, self.root / name)
+        self.workers[name] = worker
+        return worker.start()
+
+    def produce(self, count: int, keys: int = 12) -> None:
+        events = [(f"k{i % keys}", b"x") for i in range(count)]
+        self.expected.update(key for key, _ in events)
+        asyncio.run(_produce(self.bootstrap, events))
+
+    def view(self, name: str) -> dict[str, Any]:
+        view: dict[str, Any] = self.workers[name].get_json("/streamapp/assignment")
+        return view
+
+    def live(self) -> dict[str, WorkerProcess]:
+        return {n: w for n, w in self.workers.items() if w.alive()}
+
+    def settled(self) -> bool:
+        """Every partition active exactly once and processing, replicas caught up, the table
+        exact."""
+        views = {name: self.view(name) for name in self.live()}
+        held = [p for v in views.values() for p in v["active"].get(CHANGELOG, [])]
+        if sorted(held) != list(range(PARTITIONS)):
+            return False
+        for v in views.values():
+            if v["followup_pending"] or not v["history"] or v["warmup"]:
+                return False
+            if v["history"][-1]["plan_generation"] != v["plan_generation"]:
+                return False
+            replicas = set(v["standby"].get(CHANGELOG, []))
+            if len(replicas) != len(v["replica_lag"].get(CHANGELOG, {})):
+                return False
+        table: dict[str, int] = {}
+        for worker in self.live().values():
+            table.update(worker.get_json("/counts/"))
+        if table != dict(self.expected):
+            return False
+        # Under exactly_once a replica that applied every record is still behind the end by
+        # the commit marker after the last one (the lag streamapp reports counts offsets).
+        replicated = asyncio.run(_lag_when_replicated(self.bootstrap))
+        return all(
+            lag <= replicated[int(p)]
+            for v in views.values()
+            for p, lag in v["replica_lag"].get(CHANGELOG, {}).items()
+        )
+
+    def wait_settled(self, what: str, timeout: float = 150.0) -> None:
+        wait_for_workers(self.live(), what, self.settled, timeout=timeout, details=self.summary)
+
+    def summary(self) -> str:
+        lines = []
+        for name in self.live():
+            try:
+                v = self.view(name)
+                counts = self.workers[name].get_json("/counts/")
+            except OSError as exc:
+                lines.append(f"{name}: no view ({exc})")
+                continue
+            lines.append(
+                f"{name}: active {v['active'].get(CHANGELOG)} standby {v['standby']} "
+                f"warmup {v['warmup']} lag {v['replica_lag']} followup {v['followup_pending']} "
+                f"counts {counts}"
+            )
+        return "\n".join(lines) + f"\nexpected {dict(self.expected)}"
+
+
+def _ever_active(view: dict[str, Any]) -> set[int]:
+    return {p for entry in view["history"] for p in entry["active"].get(CHANGELOG, [])}
+
+
+def test_a_worker_killed_under_exactly_once_keeps_its_standby_stores(
+    kafka_bootstrap: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(APP_ID_ENV, APP_ID)
+    monkeypatch.setenv(GUARANTEE_ENV, "exactly_once")
+    monkeypatch.setenv(STANDBYS_ENV, "1")
+    asyncio.run(create_topic(kafka_bootstrap, SOURCE, PARTITIONS))
+    group = Group(kafka_bootstrap, tmp_path)
+    try:
+        group.start("w1")
+        group.produce(120)
+        group.wait_settled("w1 alone, every partition active")
+        # w2 joins with nothing: a warmup catches up and takes one partition over, a standby
+        # replicates the other, which is never active on w2.
+        group.start("w2")
+        group.wait_settled("w2 taking one partition over")
+        # Enough for each standby to write what it replicated to its store: Faust keeps a
+        # standby's records in memory until 1000 (its standby_buffer_size) are there.
+        group.produce(2400)
+        group.wait_settled("the events processed and replicated", timeout=300)
+        view = group.view("w2")
+        [active] = view["active"][CHANGELOG]
+        [standby] = view["standby"][CHANGELOG]
+        assert _ever_active(view) == {active}, view["history"]
+
+        victim = group.workers["w2"]
+        victim.stop(signal.SIGKILL)
+        [standby_store] = [p for p in victim.data_dir.rglob(f"{TABLE}-{standby}.db") if p.is_dir()]
+        [active_store] = [p for p in victim.data_dir.rglob(f"{TABLE}-{active}.db") if p.is_dir()]
+        identity = (standby_store / "IDENTITY").read_text()
+        standby_offset = read_persisted_offset(standby_store)
+        assert standby_offset is not None and standby_offset >= 999, standby_offset
+
+        # w1 takes everything back; more events while w2 is down, for every partition.
+        group.wait_settled("w1 taking over")
+        group.produce(96)
+        group.wait_settled("the events while w2 is down")
+        ends = asyncio.run(_changelog_ends(kafka_bootstrap))
+        assert ends[standby] > standby_offset + 1
+
+        log_from = victim.log_path.stat().st_size
+        group.start("w2")
+        group.wait_settled("w2 back")
+        with victim.log_path.open("rb") as f:
+            f.seek(log_from)
+            log = f.read().decode(errors="replace")
+        # One line: the active's store goes, the standby's stays.
+        [line] = [line for line in log.splitlines() if DISCARDING in line]
+        assert f"discarding 1 of 2 local stores in {active_store.parent} ({active_store.name})" in (
+            line
+        ), line
+        assert line.rstrip().endswith(f"Kept: {standby_store.name}"), line
+        # The standby's store is the same RocksDB (never rebuilt), and what w2 replayed since it
+        # came back is at most the discarded store's changelog in full and the kept one's tail.
+        assert (standby_store / "IDENTITY").read_text() == identity
+        back = group.view("w2")
+        replayed: Counter[int] = Counter()
+        for entry in back["history"]:
+            for p, n in entry["by_partition"].get(CHANGELOG, {}).items():
+                replayed[int(p)] += n
+        tail = ends[standby] - (standby_offset + 1)
+        if standby in back["active"][CHANGELOG]:
+            # Active again (as the plan usually has it): its replay was the tail, exactly.
+            assert replayed[standby] == tail, (replayed, ends, standby_offset)
+        else:
+            assert replayed[standby] <= tail, (replayed, ends, standby_offset)
+        assert replayed[active] <= ends[active], (replayed, ends)
+        assert "Traceback" not in log, log
+    finally:
+        for worker in group.workers.values():
+            if worker.alive():
+                worker.stop()
