@@ -113,6 +113,9 @@ class StreamappPartitionAssignor(FaustPartitionAssignor):
         self._planned_generation = -1
         #: Whether this worker kept what it owns through the join under way (cooperative).
         self._kept_owned = False
+        #: Whether Faust's handlers are running for a join this worker kept its partitions
+        #: through (read by `streamapp.faust_compat.incremental`).
+        self.incremental_join = False
 
     @property
     def name(self) -> str:
@@ -209,6 +212,11 @@ class StreamappPartitionAssignor(FaustPartitionAssignor):
     def on_join_prepared(self, *, kept_owned: bool) -> None:
         """The coordinator prepared a join, keeping what this worker owns or giving it all up."""
         self._kept_owned = kept_owned
+
+    def on_incremental_join(self, incremental: bool) -> None:
+        """The coordinator hands a cooperative join's outcome to Faust's handlers (True), or
+        is done with it (False)."""
+        self.incremental_join = incremental
 
     # -- the leader --
 

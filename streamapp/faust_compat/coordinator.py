@@ -277,20 +277,74 @@ async def _on_join_complete(
         sorted(lost) or "none",
         sorted(assigned - owned) or "none",
     )
-    listener = self._subscription.listener
-    if listener is not None:
+    assignors = _cooperative_assignors(self)
+    # Faust's handlers go incremental for this join's two listener calls (see
+    # `streamapp.faust_compat.incremental`).
+    _mark_incremental(assignors, True)
+    try:
+        listener = self._subscription.listener
+        if listener is not None:
+            try:
+                res = listener.on_partitions_revoked(lost)
+                if asyncio.iscoroutine(res):
+                    await res
+            except Exception:
+                logger.exception(
+                    "listener %s of group %s failed on_partitions_revoked",
+                    listener,
+                    self.group_id,
+                )
+        kept = _kept_states(self._subscription, owned & assigned)
+        subscription = self._subscription
+        assign = subscription.assign_from_subscribed
+
+        def assign_keeping_positions(partitions: Any) -> None:
+            # aiokafka builds every partition's state afresh: a kept partition would lose its
+            # position (fetched again from the committed offset) and its pause.
+            assign(partitions)
+            _carry_over(subscription, kept)
+
+        subscription.assign_from_subscribed = assign_keeping_positions
         try:
-            res = listener.on_partitions_revoked(lost)
-            if asyncio.iscoroutine(res):
-                await res
-        except Exception:
-            logger.exception(
-                "listener %s of group %s failed on_partitions_revoked", listener, self.group_id
+            await _original_on_join_complete(
+                self, generation, member_id, protocol, member_assignment_bytes
             )
-    await _original_on_join_complete(self, generation, member_id, protocol, member_assignment_bytes)
+        finally:
+            del subscription.assign_from_subscribed
+    finally:
+        _mark_incremental(assignors, False)
     if lost:
         # What it gave up goes to its new owners in the next rebalance, which this starts.
         self.request_rejoin()
+
+
+def _mark_incremental(assignors: list[Any], incremental: bool) -> None:
+    for assignor in assignors:
+        if hasattr(assignor, "on_incremental_join"):
+            assignor.on_incremental_join(incremental)
+
+
+def _kept_states(subscription: Any, kept: set[Any]) -> dict[Any, Any]:
+    assignment = subscription.subscription.assignment if subscription.subscription else None
+    if assignment is None:
+        return {}
+    states = {tp: assignment.state_value(tp) for tp in kept}
+    return {tp: state for tp, state in states.items() if state is not None}
+
+
+def _carry_over(subscription: Any, kept: dict[Any, Any]) -> None:
+    """Each kept partition's position, pause and marks, onto its new state (synchronously, so
+    aiokafka's fetcher never sees a kept partition without them)."""
+    assignment = subscription.subscription.assignment
+    for tp, old in kept.items():
+        new = assignment.state_value(tp)
+        if new is None:
+            continue
+        if old.has_valid_position:
+            new.seek(old.position)
+        if old.paused:
+            new.pause()
+        new.highwater, new.lso, new.timestamp = old.highwater, old.lso, old.timestamp
 
 
 _original_on_join_prepare: Callable[[Any, Any], Awaitable[None]] = (
