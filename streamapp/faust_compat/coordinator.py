@@ -57,10 +57,15 @@ cooperative; any other assignor keeps aiokafka's eager path):
   ``on_join_prepared``). A member whose generation was reset (fenced, or unknown to the broker)
   may have lost its partitions to others already, and gives them all up as eager does;
 - once the assignment is in, the listener's ``on_partitions_revoked`` gets only what the member
-  lost (none, often: Faust's handler still runs its revocation step, which stops the flow and
-  commits, before its assignment step; see ``transport.Consumer.on_partitions_revoked``), then
-  aiokafka applies the assignment as usual, and a member that lost anything rejoins at once:
+  lost (none, often), then aiokafka applies the assignment, with each kept partition's
+  position and pause carried over onto the fresh state aiokafka builds for it (its
+  ``assign_from_subscribed`` wrapped for that one call), and a member that lost anything
+  rejoins at once:
   its next metadata no longer claims what it gave up, and the leader hands that to its new owner.
+  Between the two listener calls the assignors are told (``on_incremental_join``), so that
+  Faust's handlers go incremental (`streamapp.faust_compat.incremental`).
+  Delete the carry-over when aiokafka keeps the state of partitions an assignment keeps.
+  Test: tests/unit/streamapp/faust_compat/test_cooperative_join.py.
 """
 
 from __future__ import annotations

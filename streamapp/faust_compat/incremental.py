@@ -127,6 +127,8 @@ class IncrementalRebalance:
         )
         await app.tables.on_rebalance(assigned, revoked, newly_assigned, app.consumer_generation_id)
         await app.on_partitions_assigned.send(assigned)
+        if not app.tables.recovery.incremental_pass:
+            await self.on_recovered()  # nothing to read afresh: done now
 
     async def on_recovered(self) -> None:
         """Recovery of what was gained is over (or there was nothing to recover): the gained

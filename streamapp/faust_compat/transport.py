@@ -66,6 +66,13 @@
     records ``offset_to - 1``: under a Faust fix this one would leave an offset out of the gap
     and hold commits back at it (the pinned-version check at import stops that).
     Test: tests/unit/streamapp/faust_compat/test_commit_gaps.py.
+
+12. In an incremental rebalance (the cooperative protocol, `streamapp.faust_compat.incremental`)
+    the app's consumer generation stays (``RebalanceListener``): Faust's streams skip records
+    stamped with an older one, which would skip the queued records of partitions that keep
+    flowing. Lost stream partitions are drained and committed alone (``Consumer._give_up``),
+    gained ones sought alone (``Consumer.seek_to_committed_partitions``). Delete when Faust's
+    rebalance handling is incremental. Test: tests/integration/test_cooperative_rebalance.py.
 """
 
 from __future__ import annotations
