@@ -36,6 +36,7 @@ eager) go Faust's way, untouched.
 from __future__ import annotations
 
 import logging
+import os
 from typing import Any
 
 from faust.types import TP
@@ -47,6 +48,10 @@ logger = logging.getLogger(__name__)
 def incremental_join(app: Any) -> bool:
     """Whether the rebalance under way is a cooperative join this worker kept its partitions
     through (set by the coordinator between the join's completion and its assignment step)."""
+    # Off unless asked for: the cooperative scale-out test does not pass with it yet (its
+    # last events are not all processed); see the branch's report.
+    if os.environ.get("STREAMAPP_INCREMENTAL_REBALANCE") != "1":
+        return False
     return bool(getattr(app.assignor, "incremental_join", False))
 
 
