@@ -67,7 +67,14 @@
     and hold commits back at it (the pinned-version check at import stops that).
     Test: tests/unit/streamapp/faust_compat/test_commit_gaps.py.
 
-12. In an incremental rebalance (the cooperative protocol, `streamapp.faust_compat.incremental`)
+12. A stream partition whose committed offset lies below its log start (records deleted by
+    retention or DeleteRecords before this group read them) is named in a WARNING at the seek
+    after a rebalance: aiokafka resets it to the log start with an INFO line only, and the
+    records in between were lost to the group without a word (see `deleted_before_read`).
+    Records deleted after the seek, before the fetch reaches them, still pass with aiokafka's
+    INFO line only. Test: tests/unit/streamapp/faust_compat/test_transport.py.
+
+13. In an incremental rebalance (the cooperative protocol, `streamapp.faust_compat.incremental`)
     the app's consumer generation stays (``RebalanceListener``): Faust's streams skip records
     stamped with an older one, which would skip the queued records of partitions that keep
     flowing. Lost stream partitions are drained and committed alone (``Consumer._give_up``),
@@ -79,11 +86,13 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import logging
 from collections.abc import AsyncIterator, Iterable, Mapping
 from contextvars import ContextVar
 from typing import Any
 
 import aiokafka
+from aiokafka.errors import KafkaError
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP, Message
 from faust.types.transports import TPorTopicSet
@@ -91,9 +100,28 @@ from faust.types.transports import TPorTopicSet
 from streamapp.faust_compat import incremental, static_membership
 from streamapp.hand_out import HandOutLedger
 
+logger = logging.getLogger(__name__)
+
 #: True in the task of Faust's fetch loop (set by `Consumer.getmany`); a context variable, so
 #: the tasks recovery runs its seeks in (mode's ``wait_first`` makes new ones) never see it.
 IN_FETCH_LOOP: ContextVar[bool] = ContextVar("streamapp_in_fetch_loop", default=False)
+
+
+def deleted_before_read(
+    committed: Mapping[Any, int | None], log_starts: Mapping[Any, int]
+) -> dict[Any, tuple[int, int]]:
+    """Partitions whose committed offset lies below their log start: ``tp -> (committed, start)``.
+
+    The records from the committed offset up to the log start were deleted (time or size
+    retention, DeleteRecords) before the group read them; aiokafka's fetch resets the position
+    to the log start, so no worker of the group ever processes them.
+    """
+    lost: dict[Any, tuple[int, int]] = {}
+    for tp, offset in committed.items():
+        start = log_starts.get(tp)
+        if offset is not None and offset >= 0 and start is not None and offset < start:
+            lost[tp] = (offset, start)
+    return lost
 
 
 class ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
@@ -149,6 +177,9 @@ class ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
                 unset.append(tp)
         for tp in at_zero:
             consumer.seek(tp, 0)
+        await self._warn_deleted_before_read(
+            consumer, {tp: offset for tp, offset in committed.items() if offset is not None}
+        )
         reset = self.app.conf.consumer_auto_offset_reset
         if unset and reset in ("earliest", "latest"):
             assignment = consumer._subscription.subscription.assignment
@@ -166,6 +197,38 @@ class ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
             else:
                 await consumer.seek_to_end(*unset)
         return committed
+
+    async def _warn_deleted_before_read(
+        self, consumer: aiokafka.AIOKafkaConsumer, committed: Mapping[Any, int]
+    ) -> None:
+        # aiokafka resets such a partition to its log start with one INFO line ("Fetch offset
+        # ... is out of range"): records were lost to the group, and this says which.
+        changelogs = self.app.tables.changelog_topics
+        acks_enabled_for = self.app.topics.acks_enabled_for
+        streams = {
+            tp: offset
+            for tp, offset in committed.items()
+            if tp.topic not in changelogs and acks_enabled_for(tp.topic)
+        }
+        if not streams:
+            return
+        try:
+            # Bounded: a diagnostic, never a reason to hold a rebalance up.
+            starts = await asyncio.wait_for(consumer.beginning_offsets(list(streams)), 5.0)
+        except (KafkaError, TimeoutError) as exc:
+            logger.debug("log starts not read, no check for deleted records: %r", exc)
+            return
+        for tp, (offset, start) in sorted(deleted_before_read(streams, starts).items()):
+            logger.warning(
+                "streamapp: %s[%d]: records %d to %d were deleted (retention or DeleteRecords) "
+                "before this group read them: they are not processed; the partition goes on "
+                "from %d",
+                tp.topic,
+                tp.partition,
+                offset,
+                start - 1,
+                start,
+            )
 
     async def _highwaters(self, partitions: list[TP]) -> Mapping[TP, int]:
         # end_offsets honours the consumer's isolation level: the LSO under read_committed.

@@ -8,6 +8,10 @@ they were never processed: in the ad-click demo under load, a worker that took p
 the first one (which had not committed yet) skipped ~130 impressions a partition, and their
 attributions were missing. Run against the session's real broker and a real group member; only
 the worker around the consumer is reduced to the three settings the seek reads.
+
+The same seek names the records of a partition whose committed offset lies below its log start
+(deleted by retention or DeleteRecords before the group read them): aiokafka resets it to the
+log start with an INFO line only, and they are never processed.
 """
 
 from __future__ import annotations
@@ -18,7 +22,9 @@ import uuid
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, RecordsToDelete
 from aiokafka.structs import OffsetAndMetadata
 
 from streamapp.faust_compat.transport import ConsumerThread
@@ -106,3 +112,63 @@ def test_partitions_without_committed_offset_go_back_to_their_beginning(
     assert r["refetched"] > 0
     # ...while a changelog partition is left where table recovery or a standby put it.
     assert r["after"][cl] == RECORDS
+
+
+async def _deleted_scenario(bootstrap: str) -> dict[str, Any]:
+    run = uuid.uuid4().hex[:8]
+    source = f"it-seek-deleted-{run}"
+    await create_topic(bootstrap, source, 1)
+    tp = TopicPartition(source, 0)
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
+    await producer.start()
+    try:
+        for i in range(RECORDS):
+            await producer.send(source, b"x", key=str(i).encode(), partition=0)
+        await producer.flush()
+    finally:
+        await producer.stop()
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap,
+        group_id=f"it-seek-deleted-{run}",
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+    )
+    await consumer.start()
+    try:
+        consumer.subscribe([source])
+        while consumer.assignment() != {tp}:
+            await consumer.getmany(timeout_ms=200)
+        # The group processed records 0..4; then the log start passes 5, as a retention check
+        # does when the records' timestamps are older than retention.ms.
+        await consumer.commit({tp: OffsetAndMetadata(5, "")})
+        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+        await admin.start()
+        try:
+            await admin.delete_records({tp: RecordsToDelete(12)})
+        finally:
+            await admin.close()
+        await _thread(consumer, set())._seek_to_committed_or_reset()
+        first = None
+        for _ in range(100):
+            fetched = await consumer.getmany(tp, timeout_ms=200)
+            if fetched.get(tp):
+                first = fetched[tp][0].offset
+                break
+        return {"first": first}
+    finally:
+        await consumer.stop()
+
+
+def test_records_deleted_before_the_group_read_them_are_named(
+    kafka_bootstrap: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="streamapp.faust_compat.transport"):
+        r = asyncio.run(_deleted_scenario(kafka_bootstrap))
+    # aiokafka resets the position to the log start: records 5..11 are never read...
+    assert r["first"] == 12
+    # ...and the worker says so, once, naming them.
+    warnings = [
+        rec.getMessage() for rec in caplog.records if rec.name == "streamapp.faust_compat.transport"
+    ]
+    assert len(warnings) == 1
+    assert "[0]: records 5 to 11 were deleted (retention or DeleteRecords)" in warnings[0]
