@@ -46,6 +46,7 @@ from assignor.metadata_codec import (
     encode_metadata,
 )
 from standby.runtime import ReplicaRuntime
+from streamapp.faust_compat import incremental as faust_incremental
 from streamapp.faust_compat.access import assignor_url, install_assignment
 from streamapp.faust_compat.assignor import FaustPartitionAssignor
 from streamapp.group_scenario import (
@@ -215,8 +216,10 @@ class StreamappPartitionAssignor(FaustPartitionAssignor):
 
     def on_incremental_join(self, incremental: bool) -> None:
         """The coordinator hands a cooperative join's outcome to Faust's handlers (True), or
-        is done with it (False)."""
-        self.incremental_join = incremental
+        is done with it (False). Decided once for the join's two handler calls: incremental
+        unless the recovery of an earlier eager rebalance is still under way (its partitions
+        wait paused for that recovery, which only Faust's handlers finish)."""
+        self.incremental_join = incremental and faust_incremental.ready(self.app)
 
     # -- the leader --
 

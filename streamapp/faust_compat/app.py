@@ -52,6 +52,10 @@ class FaustApp(faust.App):
         # while an incremental rebalance is handled (see `incremental`).
         return incremental.IncrementalFlowControl(loop=self.loop)
 
+    def on_rebalance_return(self) -> None:
+        super().on_rebalance_return()
+        incremental.handler(self).on_rebalance_return()
+
     async def _on_partitions_revoked(self, revoked: set[TP]) -> None:
         if self.should_stop or not incremental.incremental_join(self):
             incremental.handler(self).keep_queues(False)
@@ -64,6 +68,7 @@ class FaustApp(faust.App):
 
     async def _on_partitions_assigned(self, assigned: set[TP], generation_id: int = 0) -> None:
         if self.should_stop or not incremental.incremental_join(self):
+            incremental.handler(self).eager_pending = True
             await super()._on_partitions_assigned(assigned, generation_id)
             return
         self.unassigned = not assigned

@@ -36,7 +36,6 @@ eager) go Faust's way, untouched.
 from __future__ import annotations
 
 import logging
-import os
 from typing import Any
 
 from faust.types import TP
@@ -47,12 +46,16 @@ logger = logging.getLogger(__name__)
 
 def incremental_join(app: Any) -> bool:
     """Whether the rebalance under way is a cooperative join this worker kept its partitions
-    through (set by the coordinator between the join's completion and its assignment step)."""
-    # Off unless asked for: the cooperative scale-out test does not pass with it yet (its
-    # last events are not all processed); see the branch's report.
-    if os.environ.get("STREAMAPP_INCREMENTAL_REBALANCE") != "1":
-        return False
+    through and handles incrementally (set by the coordinator between the join's completion
+    and its assignment step; see `ready`)."""
     return bool(getattr(app.assignor, "incremental_join", False))
+
+
+def ready(app: Any) -> bool:
+    """Whether a cooperative join may be handled incrementally now: not while the recovery of
+    an eager rebalance is under way (Faust paused every partition for it, and resumes and
+    seeks them when it ends, which an incremental join would never do)."""
+    return not handler(app).eager_pending
 
 
 class IncrementalFlowControl(FlowControlEvent):
@@ -81,6 +84,11 @@ class IncrementalRebalance:
         self.app = app
         #: Stream partitions gained and held paused until their tables have recovered.
         self.held: set[TP] = set()
+        #: An eager rebalance was handled (Faust's way) and its recovery has not ended yet.
+        self.eager_pending = False
+        #: An incremental rebalance with nothing to recover ends when Faust's consumer returns
+        #: from the assignment step (`on_rebalance_return`).
+        self.end_on_return = False
 
     def _flow_control(self) -> IncrementalFlowControl | None:
         flow = self.app.flow_control
@@ -113,6 +121,7 @@ class IncrementalRebalance:
         """The whole new assignment; ``revoked`` and ``newly_assigned`` against the last one."""
         app = self.app
         self.keep_queues(True)
+        self.end_on_return = False
         consumer = app.consumer
         changelogs = app.tables.changelog_topics
         gained_streams = {tp for tp in newly_assigned if tp.topic not in changelogs}
@@ -133,9 +142,12 @@ class IncrementalRebalance:
         await app.tables.on_rebalance(assigned, revoked, newly_assigned, app.consumer_generation_id)
         await app.on_partitions_assigned.send(assigned)
         if not app.tables.recovery.incremental_pass:
-            await self.on_recovered()  # nothing to read afresh: done now
+            # Nothing to read afresh: done now, but the rebalance ends (`end`) only after
+            # Faust's consumer marked its return from this step.
+            await self.on_recovered(end=False)
+            self.end_on_return = True
 
-    async def on_recovered(self) -> None:
+    async def on_recovered(self, end: bool = True) -> None:
         """Recovery of what was gained is over (or there was nothing to recover): the gained
         stream partitions go to their committed offsets and resume; nothing else moves."""
         app = self.app
@@ -146,14 +158,27 @@ class IncrementalRebalance:
         if held:
             await consumer.seek_to_committed_partitions(held)
             consumer.resume_partitions(held)
-        consumer.resume_flow()
-        self.keep_queues(False)
-        app.tables.on_actives_ready()
-        app.tables.on_standbys_ready()
-        app.on_rebalance_end()
         logger.info(
             "streamapp: incremental rebalance done, resumed %s", sorted(held) or "nothing new"
         )
+        if end:
+            self.end()
+
+    def end(self) -> None:
+        """The rebalance is over (Faust's tail of a recovery's end)."""
+        self.end_on_return = False
+        self.app.consumer.resume_flow()
+        self.keep_queues(False)
+        self.app.tables.on_actives_ready()
+        self.app.tables.on_standbys_ready()
+        self.app.on_rebalance_end()
+
+    def on_rebalance_return(self) -> None:
+        """Faust's consumer returned from the assignment step (after the app's sensors took
+        that return): a rebalance that had nothing to recover ends now, in that order (ended
+        before, the sensors had no state left for the return and Faust warned of it)."""
+        if self.end_on_return:
+            self.end()
 
 
 def handler(app: Any) -> IncrementalRebalance:

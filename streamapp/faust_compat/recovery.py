@@ -242,6 +242,8 @@ class Recovery(FaustRecovery):
             await self._complete_incrementally()
             return
         await super().on_recovery_completed(generation_id)
+        if generation_id == self.app.consumer_generation_id:  # not cut short by a rebalance
+            incremental.handler(self.app).eager_pending = False
         # Faust resumed the flow last (emptying the streams' queues): only now may records of
         # the stream partitions reach those queues (see transport's release_streams_after_seek).
         consumer = self.app.consumer

@@ -292,6 +292,8 @@ class Consumer(faust_aiokafka.Consumer):
         #: Stream partitions being given up in an incremental rebalance: none of their records
         #: is handed out any more.
         self._giving_up: set[TP] = set()
+        #: The last assignment handed to Faust (what an incremental one gains is the rest).
+        self._last_assigned: set[TP] = set()
         self._hand_out_ledger = HandOutLedger()
         # Stream partitions Faust's recovery resumed before the seek that must precede them.
         self._streams_await_seek = False
@@ -542,9 +544,21 @@ class Consumer(faust_aiokafka.Consumer):
 
     async def on_partitions_assigned(self, assigned: set[TP], generation_id: int = 0) -> None:
         self._giving_up = set()
+        gained = set(assigned) - self._last_assigned
+        self._last_assigned = set(assigned)
         if incremental.incremental_join(self.app):
-            # The gained stream partitions are sought and resumed by `incremental` once their
-            # tables recovered; the kept ones were never paused.
+            # The gained partitions are sought and resumed by `incremental` once their tables
+            # recovered; the kept ones were never paused. Faust's step makes every partition of
+            # the assignment not paused active at once, while the flow runs on: the gained
+            # ones pause first, or records of them could be processed before their tables
+            # recovered (and again after their seek).
+            self.pause_partitions(gained)
+            # Nothing waits for a recovery seek of Faust's (the last eager one is over, or
+            # sought nothing): a resume held for it would never come, and the gained
+            # partitions stayed paused.
+            self._streams_await_seek = False
+            self._sought_for_streams = False
+            self._resume_after_seek = set()
             self._handing_out.set()
             await super().on_partitions_assigned(assigned, generation_id)
             return
