@@ -515,6 +515,22 @@ class Consumer(faust_aiokafka.Consumer):
         await self.maybe_wait_for_commit_to_finish()
         await self.commit(topics=streams)
 
+    def prepare_incremental_assignment(self, gained: set[TP]) -> None:
+        """Before Faust's assignment step of an incremental rebalance that gains ``gained``.
+
+        They are sought and resumed by `incremental` once their tables recovered; the kept
+        ones were never paused. Faust's step makes every partition of the assignment that is
+        not paused active at once, while the flow runs on: the gained ones pause first, or
+        records of them could be processed before their tables recovered (and again after
+        their seek). And nothing waits for a recovery seek of Faust's (the last eager one is
+        over, or sought nothing: ``ready``): a resume held for it would never come, and the
+        gained partitions stayed paused for good.
+        """
+        self.pause_partitions(gained)
+        self._streams_await_seek = False
+        self._sought_for_streams = False
+        self._resume_after_seek = set()
+
     async def seek_to_committed_partitions(self, tps: set[TP]) -> None:
         """Faust's ``perform_seek``, for ``tps`` only (gained in an incremental rebalance)."""
         thread = self._thread
@@ -547,18 +563,7 @@ class Consumer(faust_aiokafka.Consumer):
         gained = set(assigned) - self._last_assigned
         self._last_assigned = set(assigned)
         if incremental.incremental_join(self.app):
-            # The gained partitions are sought and resumed by `incremental` once their tables
-            # recovered; the kept ones were never paused. Faust's step makes every partition of
-            # the assignment not paused active at once, while the flow runs on: the gained
-            # ones pause first, or records of them could be processed before their tables
-            # recovered (and again after their seek).
-            self.pause_partitions(gained)
-            # Nothing waits for a recovery seek of Faust's (the last eager one is over, or
-            # sought nothing): a resume held for it would never come, and the gained
-            # partitions stayed paused.
-            self._streams_await_seek = False
-            self._sought_for_streams = False
-            self._resume_after_seek = set()
+            self.prepare_incremental_assignment(gained)
             self._handing_out.set()
             await super().on_partitions_assigned(assigned, generation_id)
             return
