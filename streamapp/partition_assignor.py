@@ -46,6 +46,7 @@ from assignor.metadata_codec import (
     encode_metadata,
 )
 from standby.runtime import ReplicaRuntime
+from streamapp.faust_compat import incremental as faust_incremental
 from streamapp.faust_compat.access import assignor_url, install_assignment
 from streamapp.faust_compat.assignor import FaustPartitionAssignor
 from streamapp.group_scenario import (
@@ -113,6 +114,9 @@ class StreamappPartitionAssignor(FaustPartitionAssignor):
         self._planned_generation = -1
         #: Whether this worker kept what it owns through the join under way (cooperative).
         self._kept_owned = False
+        #: Whether Faust's handlers are running for a join this worker kept its partitions
+        #: through (read by `streamapp.faust_compat.incremental`).
+        self.incremental_join = False
 
     @property
     def name(self) -> str:
@@ -209,6 +213,13 @@ class StreamappPartitionAssignor(FaustPartitionAssignor):
     def on_join_prepared(self, *, kept_owned: bool) -> None:
         """The coordinator prepared a join, keeping what this worker owns or giving it all up."""
         self._kept_owned = kept_owned
+
+    def on_incremental_join(self, incremental: bool) -> None:
+        """The coordinator hands a cooperative join's outcome to Faust's handlers (True), or
+        is done with it (False). Decided once for the join's two handler calls: incremental
+        unless the recovery of an earlier eager rebalance is still under way (its partitions
+        wait paused for that recovery, which only Faust's handlers finish)."""
+        self.incremental_join = incremental and faust_incremental.ready(self.app)
 
     # -- the leader --
 

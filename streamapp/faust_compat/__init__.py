@@ -9,7 +9,8 @@ assignment hand-over, its RocksDB store's open handles (`streamapp.faust_compat.
 aiokafka's group coordinator and producer (`coordinator`, `producer_wait`), and the group
 requests of a static member (`static_membership`); Faust's table writes, encoded once
 (`encode_once`); the expiry heap of its windowed tables, rebuilt after a recovery
-(`window_expiry`).
+(`window_expiry`); its rebalance handlers, made incremental under the cooperative protocol
+(`incremental`).
 Every private name those rely on is listed in `PRIVATE_NAMES` below, and nowhere else in
 streamapp is one named (a unit test reads every module for them).
 
@@ -40,6 +41,9 @@ PRIVATE_NAMES: dict[str, tuple[str, ...]] = {
         "_ensure_consumer",
         "_consumer",  # access.group_coordinator
     ),
+    "faust.transport.drivers.aiokafka:ConsumerRebalanceListener": (
+        "_thread",  # transport: the app's generation kept through an incremental rebalance
+    ),
     "faust.transport.drivers.aiokafka:Consumer": (
         "_new_consumer_thread",
         "_thread",
@@ -55,15 +59,19 @@ PRIVATE_NAMES: dict[str, tuple[str, ...]] = {
         "_wait_for_ack",
         "_commit_fut",
         "_read_offset",  # recovery: the last record handed out per partition
+        "_committed_offset",  # incremental: the gained partitions' seek, as perform_seek's
     ),
     "faust.tables.recovery:Recovery": (
         "_build_offsets",  # recovery: stores claiming more than their changelog go aside
         "_seek_offsets",  # recovery: where a replay starts being this replay's
+        "_generation_id",  # incremental: Faust's on_rebalance, for a recovery of gains only
+        "_set_recovery_ended",
     ),
     "faust.tables.manager:TableManager": (
         "_pending_persisted_offsets",  # recovery: exactly_once store offsets, once committed
         "_changelog_queue",  # recovery: the queue, not cleared on every resume
         "_recovery",
+        "_changelogs",  # incremental: changelog topic -> table, as Faust's on_rebalance reads
     ),
     "aiokafka.consumer.consumer:AIOKafkaConsumer": (
         "_partition_assignment_strategy",  # read by start() to build the coordinator
@@ -71,7 +79,13 @@ PRIVATE_NAMES: dict[str, tuple[str, ...]] = {
         "_coordinator",
         "_client",  # static_membership wraps its send and close
     ),
-    "faust.app.base:App": ("_new_transport", "_consumer"),
+    "faust.app.base:App": (
+        "_new_transport",
+        "_consumer",
+        "_on_partitions_revoked",  # incremental: the handlers, for a cooperative join
+        "_on_partitions_assigned",
+        "_update_assignment",
+    ),
     "aiokafka.consumer.group_coordinator:GroupCoordinator": (
         "_perform_assignment",  # coordinator: an envelope aiokafka cannot decode is no crash
         "_on_join_prepare",  # coordinator: the cooperative protocol keeps owned partitions

@@ -57,10 +57,15 @@ cooperative; any other assignor keeps aiokafka's eager path):
   ``on_join_prepared``). A member whose generation was reset (fenced, or unknown to the broker)
   may have lost its partitions to others already, and gives them all up as eager does;
 - once the assignment is in, the listener's ``on_partitions_revoked`` gets only what the member
-  lost (none, often: Faust's handler still runs its revocation step, which stops the flow and
-  commits, before its assignment step; see ``transport.Consumer.on_partitions_revoked``), then
-  aiokafka applies the assignment as usual, and a member that lost anything rejoins at once:
+  lost (none, often), then aiokafka applies the assignment, with each kept partition's
+  position and pause carried over onto the fresh state aiokafka builds for it (its
+  ``assign_from_subscribed`` wrapped for that one call), and a member that lost anything
+  rejoins at once:
   its next metadata no longer claims what it gave up, and the leader hands that to its new owner.
+  Between the two listener calls the assignors are told (``on_incremental_join``), so that
+  Faust's handlers go incremental (`streamapp.faust_compat.incremental`).
+  Delete the carry-over when aiokafka keeps the state of partitions an assignment keeps.
+  Test: tests/unit/streamapp/faust_compat/test_cooperative_join.py.
 """
 
 from __future__ import annotations
@@ -277,20 +282,74 @@ async def _on_join_complete(
         sorted(lost) or "none",
         sorted(assigned - owned) or "none",
     )
-    listener = self._subscription.listener
-    if listener is not None:
+    assignors = _cooperative_assignors(self)
+    # Faust's handlers go incremental for this join's two listener calls (see
+    # `streamapp.faust_compat.incremental`).
+    _mark_incremental(assignors, True)
+    try:
+        listener = self._subscription.listener
+        if listener is not None:
+            try:
+                res = listener.on_partitions_revoked(lost)
+                if asyncio.iscoroutine(res):
+                    await res
+            except Exception:
+                logger.exception(
+                    "listener %s of group %s failed on_partitions_revoked",
+                    listener,
+                    self.group_id,
+                )
+        kept = _kept_states(self._subscription, owned & assigned)
+        subscription = self._subscription
+        assign = subscription.assign_from_subscribed
+
+        def assign_keeping_positions(partitions: Any) -> None:
+            # aiokafka builds every partition's state afresh: a kept partition would lose its
+            # position (fetched again from the committed offset) and its pause.
+            assign(partitions)
+            _carry_over(subscription, kept)
+
+        subscription.assign_from_subscribed = assign_keeping_positions
         try:
-            res = listener.on_partitions_revoked(lost)
-            if asyncio.iscoroutine(res):
-                await res
-        except Exception:
-            logger.exception(
-                "listener %s of group %s failed on_partitions_revoked", listener, self.group_id
+            await _original_on_join_complete(
+                self, generation, member_id, protocol, member_assignment_bytes
             )
-    await _original_on_join_complete(self, generation, member_id, protocol, member_assignment_bytes)
+        finally:
+            del subscription.assign_from_subscribed
+    finally:
+        _mark_incremental(assignors, False)
     if lost:
         # What it gave up goes to its new owners in the next rebalance, which this starts.
         self.request_rejoin()
+
+
+def _mark_incremental(assignors: list[Any], incremental: bool) -> None:
+    for assignor in assignors:
+        if hasattr(assignor, "on_incremental_join"):
+            assignor.on_incremental_join(incremental)
+
+
+def _kept_states(subscription: Any, kept: set[Any]) -> dict[Any, Any]:
+    assignment = subscription.subscription.assignment if subscription.subscription else None
+    if assignment is None:
+        return {}
+    states = {tp: assignment.state_value(tp) for tp in kept}
+    return {tp: state for tp, state in states.items() if state is not None}
+
+
+def _carry_over(subscription: Any, kept: dict[Any, Any]) -> None:
+    """Each kept partition's position, pause and marks, onto its new state (synchronously, so
+    aiokafka's fetcher never sees a kept partition without them)."""
+    assignment = subscription.subscription.assignment
+    for tp, old in kept.items():
+        new = assignment.state_value(tp)
+        if new is None:
+            continue
+        if old.has_valid_position:
+            new.seek(old.position)
+        if old.paused:
+            new.pause()
+        new.highwater, new.lso, new.timestamp = old.highwater, old.lso, old.timestamp
 
 
 _original_on_join_prepare: Callable[[Any, Any], Awaitable[None]] = (

@@ -56,6 +56,7 @@ progress reported while restoring (``active_remaining``) stays true.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections import Counter
 from collections.abc import Mapping, MutableMapping
@@ -70,6 +71,7 @@ from faust.types.transports import ConsumerT
 from mode import Service
 from mode.utils.queues import ThrowableQueue
 
+from streamapp.faust_compat import incremental
 from streamapp.faust_compat.transport import Consumer
 from tables import store_guard
 from tables.damaged import offset_beyond_end, records_missing_before_start
@@ -150,12 +152,24 @@ class _Replay:
 
 class Recovery(FaustRecovery):
     _replay: _Replay | None = None
+    #: Active changelog partitions recovered and in use (not replayed again by an
+    #: incremental rebalance that keeps them).
+    _settled_actives: frozenset[TP] = frozenset()
+    #: Whether the recovery under way was started by an incremental rebalance.
+    incremental_pass = False
 
     def on_partitions_revoked(self, revoked: set[TP]) -> None:
         self._replay = None
         super().on_partitions_revoked(revoked)  # writes the buffers
         # Unprocessed, so uncounted: the next assignment's seeks fetch them again.
         self.tables.changelog_queue.clear()
+
+    def revoke_incrementally(self, revoked: set[TP]) -> None:
+        """Partitions lost in an incremental rebalance: their buffers are written; the changelog
+        queue keeps what it holds for the partitions kept (those of the revoked ones are dropped
+        as they are taken: no longer active or standby here, once the assignment is applied)."""
+        super().on_partitions_revoked(revoked)
+        self._settled_actives -= revoked
 
     async def on_rebalance(
         self,
@@ -165,9 +179,52 @@ class Recovery(FaustRecovery):
         generation_id: int = 0,
     ) -> None:
         self._replay = None
-        await super().on_rebalance(assigned, revoked, newly_assigned, generation_id)
+        if incremental.incremental_join(self.app):
+            self._on_rebalance_incrementally(revoked, generation_id)
+        else:
+            self.incremental_pass = False
+            self._settled_actives = frozenset()
+            await super().on_rebalance(assigned, revoked, newly_assigned, generation_id)
         for tp in [tp for tp in self.standby_offsets if tp not in self.standby_tps]:
             del self.standby_offsets[tp]
+
+    def _on_rebalance_incrementally(self, revoked: set[TP], generation_id: int) -> None:
+        # Faust's on_rebalance, except that active partitions already recovered stay out of
+        # recovery (agents write them now: a replay would put older values over newer ones),
+        # and that recovery starts only when something is to be read afresh.
+        app = self.app
+        changelogs = self.tables._changelogs
+        previous_standbys = set(self.standby_tps)
+        for tp in revoked:
+            self.revoke(tp)
+        self.standby_tps.clear()
+        self.active_tps.clear()
+        self.actives_for_table.clear()
+        self.standbys_for_table.clear()
+        for tp in app.assignor.assigned_standbys():
+            table = changelogs.get(tp.topic)
+            if table is not None:
+                self.add_standby(table, tp)
+        actives = set()
+        for tp in app.assignor.assigned_actives():
+            table = changelogs.get(tp.topic)
+            if table is None:
+                continue
+            actives.add(tp)
+            # A table read on after its recovery (a recovery buffer of one record: Faust's
+            # advice for global tables) stays in recovery's actives.
+            if tp in self._settled_actives and table.recovery_buffer_size != 1:
+                continue
+            self.add_active(table, tp)
+        self._settled_actives &= frozenset(actives)
+        for tp in [tp for tp in self.active_offsets if tp not in actives]:
+            del self.active_offsets[tp]
+        new_standbys = set(self.standby_tps) - previous_standbys
+        needed = bool(self.active_tps) or bool(new_standbys) or self.incremental_pass
+        if needed:
+            self.incremental_pass = True
+            self._generation_id = generation_id
+            self.signal_recovery_start.set()
 
     async def on_recovery_completed(self, generation_id: int = 0) -> None:
         # Runs before the stream partitions resume (Faust resumes them in this method).
@@ -179,12 +236,36 @@ class Recovery(FaustRecovery):
         done = {tp for tp in self.active_tps if self.tp_to_table[tp].recovery_buffer_size != 1}
         if done:
             self.app.consumer.pause_partitions(done)
+        self._settled_actives |= frozenset(self.active_tps)
+        if self.incremental_pass:
+            self.incremental_pass = False
+            await self._complete_incrementally()
+            return
         await super().on_recovery_completed(generation_id)
+        if generation_id == self.app.consumer_generation_id:  # not cut short by a rebalance
+            incremental.handler(self.app).eager_pending = False
         # Faust resumed the flow last (emptying the streams' queues): only now may records of
         # the stream partitions reach those queues (see transport's release_streams_after_seek).
         consumer = self.app.consumer
         if isinstance(consumer, Consumer):
             consumer.release_streams_after_seek()
+
+    async def _complete_incrementally(self) -> None:
+        # Faust's on_recovery_completed, but for the partitions gained only (see
+        # `streamapp.faust_compat.incremental`): no stream partition kept is sought or resumed.
+        self._set_recovery_ended()
+        callbacks = [
+            asyncio.ensure_future(
+                table.on_recovery_completed(
+                    self.actives_for_table[table], self.standbys_for_table[table]
+                )
+            )
+            for table in self.tables.values()
+        ]
+        if callbacks:
+            await asyncio.wait(callbacks)
+        self.completed.set()
+        await incremental.handler(self.app).on_recovered()
 
     async def _seek_offsets(
         self, consumer: ConsumerT, tps: set[TP], offsets: Counter[TP], title: str

@@ -73,6 +73,13 @@
     records in between were lost to the group without a word (see `deleted_before_read`).
     Records deleted after the seek, before the fetch reaches them, still pass with aiokafka's
     INFO line only. Test: tests/unit/streamapp/faust_compat/test_transport.py.
+
+13. In an incremental rebalance (the cooperative protocol, `streamapp.faust_compat.incremental`)
+    the app's consumer generation stays (``RebalanceListener``): Faust's streams skip records
+    stamped with an older one, which would skip the queued records of partitions that keep
+    flowing. Lost stream partitions are drained and committed alone (``Consumer._give_up``),
+    gained ones sought alone (``Consumer.seek_to_committed_partitions``). Delete when Faust's
+    rebalance handling is incremental. Test: tests/integration/test_cooperative_rebalance.py.
 """
 
 from __future__ import annotations
@@ -90,7 +97,7 @@ from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP, Message
 from faust.types.transports import TPorTopicSet
 
-from streamapp.faust_compat import static_membership
+from streamapp.faust_compat import incremental, static_membership
 from streamapp.hand_out import HandOutLedger
 
 logger = logging.getLogger(__name__)
@@ -133,7 +140,17 @@ class ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
         committed: Mapping[TP, int] = await self.call_thread(self._seek_to_committed_or_reset)
         return committed
 
-    async def _seek_to_committed_or_reset(self) -> Mapping[Any, int | None]:
+    async def seek_partitions_to_committed(self, tps: set[TP]) -> Mapping[TP, int | None]:
+        """Only ``tps`` to their committed offsets (or auto_offset_reset where there is none):
+        the stream partitions an incremental rebalance gained (see `incremental`)."""
+        committed: Mapping[TP, int | None] = await self.call_thread(
+            self._seek_to_committed_or_reset, tps
+        )
+        return committed
+
+    async def _seek_to_committed_or_reset(
+        self, partitions: set[TP] | None = None
+    ) -> Mapping[Any, int | None]:
         # Faust calls this after every rebalance (and while its flow is stopped) to take each
         # partition back to its committed offset: records fetched but not processed (a batch cut
         # short when the flow stopped, queues cleared, skipped stale events) are dropped on the
@@ -145,7 +162,9 @@ class ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
         # a consumer without a committed offset starts (auto_offset_reset).
         consumer = self._ensure_consumer()
         # aiokafka TopicPartition -> committed offset, or None where there is none.
-        committed: dict[Any, int | None] = await consumer.seek_to_committed()
+        committed: dict[Any, int | None] = await consumer.seek_to_committed(
+            *(aiokafka.TopicPartition(tp.topic, tp.partition) for tp in sorted(partitions or ()))
+        )
         changelogs = self.app.tables.changelog_topics
         acks_enabled_for = self.app.topics.acks_enabled_for
         at_zero, unset = [], []
@@ -231,6 +250,26 @@ class ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
         return super().verify_event_path(now, tp)
 
 
+class RebalanceListener(faust_aiokafka.ConsumerRebalanceListener):
+    """Faust's listener; in an incremental rebalance the app's consumer generation stays.
+
+    Faust stamps every fetched record with ``app.consumer_generation_id`` and its streams skip a
+    record stamped with another: records of the partitions kept, queued or in a fetch when the
+    generation moved on, were skipped (acked unprocessed). An incremental rebalance
+    (`streamapp.faust_compat.incremental`) keeps those partitions flowing, so it keeps the
+    generation too; commits carry the group's generation from aiokafka's coordinator anyway.
+    """
+
+    async def on_partitions_assigned(self, assigned: Iterable[Any]) -> None:
+        thread = self._thread
+        app = thread.app
+        if not incremental.incremental_join(app):
+            await super().on_partitions_assigned(assigned)
+            return
+        tps = {TP(tp.topic, tp.partition) for tp in assigned}
+        await thread.on_partitions_assigned(tps, app.consumer_generation_id)
+
+
 class Consumer(faust_aiokafka.Consumer):
     """Faust's consumer; under exactly_once, a commit happens only between records.
 
@@ -245,9 +284,16 @@ class Consumer(faust_aiokafka.Consumer):
     Gaps in a partition's offsets (transaction markers) no longer hold its commits back.
     """
 
+    RebalanceListener = RebalanceListener
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._handing_out = asyncio.Event()
+        #: Stream partitions being given up in an incremental rebalance: none of their records
+        #: is handed out any more.
+        self._giving_up: set[TP] = set()
+        #: The last assignment handed to Faust (what an incremental one gains is the rest).
+        self._last_assigned: set[TP] = set()
         self._hand_out_ledger = HandOutLedger()
         # Stream partitions Faust's recovery resumed before the seek that must precede them.
         self._streams_await_seek = False
@@ -263,6 +309,8 @@ class Consumer(faust_aiokafka.Consumer):
 
         async def hand_out_between_commits(message: Message) -> None:
             await self._handing_out.wait()
+            if message.tp in self._giving_up:
+                return  # left to its next owner, from the offset committed as it is given up
             if acks_enabled_for(message.topic):  # a stream record (not a changelog's)
                 if not self._admit(message):
                     return
@@ -402,6 +450,11 @@ class Consumer(faust_aiokafka.Consumer):
                     self._handing_out.set()
 
     async def on_partitions_revoked(self, revoked: set[TP]) -> None:
+        if incremental.incremental_join(self.app):
+            await self._give_up(revoked)
+            self._hand_out_ledger.forget(revoked)
+            await super().on_partitions_revoked(revoked)
+            return
         self._hand_out_ledger.forget(revoked)
         self._refusals_logged.clear()
         # Under the cooperative protocol this runs after the assignment came in, with only what
@@ -433,6 +486,70 @@ class Consumer(faust_aiokafka.Consumer):
                 await self._commit_all_acked()
         await super().on_partitions_revoked(revoked)
 
+    async def _give_up(self, revoked: set[TP]) -> None:
+        """An incremental rebalance lost ``revoked``: they stop, and what was processed of them
+        is committed before Faust forgets their acked offsets (at-least-once, as fix 9 does for
+        a whole assignment); the partitions kept go on meanwhile."""
+        streams = {tp for tp in revoked if self.app.topics.acks_enabled_for(tp.topic)}
+        if not streams:
+            return
+        self._giving_up |= streams
+        self.pause_partitions(streams)
+        # The agents process what their queues hold of them (the queues are not cleared: the
+        # records of the kept partitions there go on), then their acked offsets are committed.
+        started = self.loop.time()
+        deadline = started + max(self.commit_interval, 1.0) * 3
+        while any(m.tp in streams for m in list(self._unacked_messages)):
+            if self.loop.time() > deadline:
+                self.log.warning(
+                    "giving up %s: records handed out are still being processed; committing "
+                    "what was processed of them",
+                    sorted(streams),
+                )
+                break
+            await self._wait_for_ack(timeout=1.0)
+            self._clean_unacked_messages()
+            if self.loop.time() - started > 1.0:
+                gc.collect()  # a record dropped unprocessed leaves the weak set once collected
+        await self.app.producer.flush()
+        await self.maybe_wait_for_commit_to_finish()
+        await self.commit(topics=streams)
+
+    def prepare_incremental_assignment(self, gained: set[TP]) -> None:
+        """Before Faust's assignment step of an incremental rebalance that gains ``gained``.
+
+        They are sought and resumed by `incremental` once their tables recovered; the kept
+        ones were never paused. Faust's step makes every partition of the assignment that is
+        not paused active at once, while the flow runs on: the gained ones pause first, or
+        records of them could be processed before their tables recovered (and again after
+        their seek). And nothing waits for a recovery seek of Faust's (the last eager one is
+        over, or sought nothing: ``ready``): a resume held for it would never come, and the
+        gained partitions stayed paused for good.
+        """
+        self.pause_partitions(gained)
+        self._streams_await_seek = False
+        self._sought_for_streams = False
+        self._resume_after_seek = set()
+
+    async def seek_to_committed_partitions(self, tps: set[TP]) -> None:
+        """Faust's ``perform_seek``, for ``tps`` only (gained in an incremental rebalance)."""
+        thread = self._thread
+        assert isinstance(thread, ConsumerThread)
+        committed = await thread.seek_partitions_to_committed(tps)
+        self._read_offset.update(
+            {
+                TP(tp.topic, tp.partition): offset if offset is not None and offset >= 0 else None
+                for tp, offset in committed.items()
+            }
+        )
+        self._committed_offset.update(
+            {
+                TP(tp.topic, tp.partition): offset or None
+                for tp, offset in committed.items()
+                if offset is not None
+            }
+        )
+
     async def _commit_all_acked(self) -> None:
         # Faust's commit returns without committing when another commit is in flight (it
         # waits for that one, which may have started before the last acks): let any such
@@ -442,6 +559,14 @@ class Consumer(faust_aiokafka.Consumer):
         await self.commit()
 
     async def on_partitions_assigned(self, assigned: set[TP], generation_id: int = 0) -> None:
+        self._giving_up = set()
+        gained = set(assigned) - self._last_assigned
+        self._last_assigned = set(assigned)
+        if incremental.incremental_join(self.app):
+            self.prepare_incremental_assignment(gained)
+            self._handing_out.set()
+            await super().on_partitions_assigned(assigned, generation_id)
+            return
         self._streams_await_seek = True
         self._sought_for_streams = False
         self._resume_after_seek = set()

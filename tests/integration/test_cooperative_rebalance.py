@@ -4,7 +4,7 @@ tests/integration/apps/cooperative.py, scaled out from two workers to three.
 Checked from each worker's own log of when it starts and stops processing each partition (see
 the app's docs): nothing is lost (every offset processed; the table exact), no partition is ever
 processed by two workers at once, and a partition a worker keeps through the scale-out is never
-revoked from it.
+revoked from it, nor paused, nor sought back, and none of its records is processed twice.
 """
 
 from __future__ import annotations
@@ -159,6 +159,26 @@ def test_scale_out_never_revokes_what_stays_and_never_doubles_a_partition(group:
         for e in revoked:
             assert not kept & set(e["p"]), (name, kept, e)
         assert "cooperative rebalance of group" in group.workers[name].log_path.read_text()
+
+    # (4) What a worker kept flowed through the scale-out: never paused, never sought back to
+    # its committed offset, and no record of it processed twice by anyone after the start.
+    logs = {name: group.log(name) for name in group.workers}
+    for name, held in before.items():
+        kept = held & after[name]
+        since = logs[name][marks[name] :]
+        assert any(e["ev"] == "complete" for e in since), name  # it went through rebalances
+        assert not [e for e in since if e["ev"] == "seek_all"], name
+        paused = [e for e in since if e["ev"] == "paused" and kept & set(e["p"])]
+        assert not paused, (name, kept, paused)
+        assert "incremental rebalance" in group.workers[name].log_path.read_text()
+    kept_anywhere = {p for name, held in before.items() for p in held & after[name]}
+    processed: dict[tuple[int, int], int] = {}
+    for name, entries in logs.items():
+        for e in entries[marks.get(name, 0) :]:
+            if e["ev"] == "rec" and e["p"] in kept_anywhere:
+                processed[(e["p"], e["o"])] = processed.get((e["p"], e["o"]), 0) + 1
+    twice = sorted(k for k, n in processed.items() if n > 1)
+    assert not twice, twice[:10]
 
     # (2) No partition processed by two workers at once; every record a worker processed lies
     # in one of its own spans of that partition.

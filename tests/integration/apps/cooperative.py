@@ -4,7 +4,9 @@ when this worker starts and stops processing each event partition.
 Each worker appends JSON lines to ``$COOP_LOG_DIR/<client id>.jsonl``: ``assigned`` (the event
 partitions active after an assignment, sent once Faust has applied it, before recovery lets any
 record through), ``revoked`` (the event partitions revoked, sent once Faust's revocation step has
-stopped their processing) and one ``rec`` per processed event. The test reads those events only
+stopped their processing), ``complete`` (the rebalance's recovery is over), ``paused`` (event
+partitions the consumer pauses), ``seek_all`` (Faust seeking every partition back to its
+committed offset) and one ``rec`` per processed event. The test reads those events only
 in each worker's own order, and across workers on the machine's one wall clock.
 """
 
@@ -53,9 +55,42 @@ def _write(entry: dict[str, Any]) -> None:
     _log.write(json.dumps({**entry, "t": time.time()}) + "\n")
 
 
+def _events(tps: Any) -> list[int]:
+    return sorted(tp.partition for tp in tps if tp.topic == TOPIC)
+
+
+def _watch_consumer() -> None:
+    """Log every pause of event partitions and every seek of all of them back to their
+    committed offsets (Faust's ``perform_seek``), wrapping the consumer's public methods."""
+    consumer = app.consumer
+    if getattr(consumer, "_coop_watched", False):
+        return
+    consumer._coop_watched = True
+    pause, perform_seek = consumer.pause_partitions, consumer.perform_seek
+
+    def pause_partitions(tps: Any) -> None:
+        tps = set(tps)
+        if _events(tps):
+            _write({"ev": "paused", "p": _events(tps)})
+        pause(tps)
+
+    async def seek_all() -> None:
+        _write({"ev": "seek_all"})
+        await perform_seek()
+
+    consumer.pause_partitions = pause_partitions
+    consumer.perform_seek = seek_all
+
+
 @app.on_partitions_revoked.connect
 async def _revoked(sender: Any, revoked: Any, **kwargs: Any) -> None:
-    _write({"ev": "revoked", "p": sorted(tp.partition for tp in revoked if tp.topic == TOPIC)})
+    _watch_consumer()  # the first rebalance: before any later pause or seek
+    _write({"ev": "revoked", "p": _events(revoked)})
+
+
+@app.on_rebalance_complete.connect
+async def _complete(sender: Any, **kwargs: Any) -> None:
+    _write({"ev": "complete"})
 
 
 @app.on_partitions_assigned.connect

@@ -120,3 +120,32 @@ async def test_eager_is_aiokafkas_path() -> None:
     await _join(coordinator, {TP("t", 0)})
     assert coordinator.listener.calls == [("revoked", OWNED), ("assigned", {TP("t", 0)})]
     assert coordinator.rejoins == 0
+
+
+class MarkingAssignor(Assignor):
+    def __init__(self) -> None:
+        super().__init__(keeps=True)
+        self.incremental: list[bool] = []
+
+    def on_incremental_join(self, incremental: bool) -> None:
+        self.incremental.append(incremental)
+
+
+async def test_kept_partitions_keep_their_position_and_pause_through_the_join() -> None:
+    assignor = MarkingAssignor()
+    coordinator = Coordinator(assignor, OWNED)
+    assignment = coordinator._subscription.subscription.assignment
+    assignment.state_value(TP("t", 0)).seek(120)
+    assignment.state_value(TP("t", 1)).seek(7)
+    assignment.state_value(TP("t", 1)).pause()
+    await _join(coordinator, {TP("t", 0), TP("t", 1), TP("t", 3)})
+    fresh = coordinator._subscription.subscription.assignment
+    assert fresh is not assignment  # aiokafka's new state for every partition
+    assert fresh.state_value(TP("t", 0)).position == 120
+    assert not fresh.state_value(TP("t", 0)).paused
+    assert fresh.state_value(TP("t", 1)).position == 7
+    assert fresh.state_value(TP("t", 1)).paused
+    assert not fresh.state_value(TP("t", 3)).has_valid_position  # gained: from its commit
+    # Faust's handlers were told the join is incremental, for its two listener calls only.
+    assert assignor.incremental == [True, False]
+    assert "assign_from_subscribed" not in vars(coordinator._subscription)

@@ -1,0 +1,192 @@
+"""Faust's rebalance handling made incremental, for a group that runs the cooperative protocol.
+
+Under the cooperative protocol (KIP-429, `streamapp.faust_compat.coordinator`) a worker keeps
+what it owns through a rebalance, and learns afterwards what it lost and what it gained. Faust's
+handlers still treat every rebalance as a new start: ``App._on_partitions_revoked`` stops the
+whole flow, clears every stream's queue and pauses the whole assignment, and
+``App._on_partitions_assigned`` pauses every partition, runs a recovery of every active table
+partition and seeks every stream partition back to its committed offset. A rebalance that
+changed nothing for a worker stopped it all the same.
+
+For a join the coordinator completed cooperatively (the assignor's ``incremental_join``), this
+module handles the rebalance instead, partition by partition:
+
+- *Nothing lost, nothing gained*: nothing stops. The signals are sent, the tables' and
+  recovery's sets are brought up to date, and no partition is paused, sought or recovered.
+- *Lost partitions*: only those stop (`streamapp.faust_compat.transport.Consumer` pauses them,
+  hands none of their records out any more, waits for those handed out to be processed and
+  commits their offsets before Faust forgets them: at-least-once, as transport fix 9 does for
+  a whole assignment), and their table partitions are revoked.
+- *Gained partitions*: only those are paused while their tables recover; kept partitions keep
+  flowing. Recovery replays only the gained active table partitions (and seeks the standbys as
+  Faust does), then the gained stream partitions are sought to their committed offsets and
+  resumed; nothing else is sought.
+
+What makes the records of kept partitions survive the rebalance: the app's consumer generation
+(``app.consumer_generation_id``, which Faust stamps on every record it fetches and against
+which its streams skip records) stays as it was through an incremental rebalance (see
+`transport.RebalanceListener`), and the flow control's ``resume`` does not empty the streams'
+queues while the flow was never suspended (`IncrementalFlowControl`). Commits still carry the
+group's generation: aiokafka's coordinator sends its own.
+
+Eager rebalances (the default protocol, and a cooperative worker while its group is still
+eager) go Faust's way, untouched, and so does a cooperative join that comes while the recovery
+of an eager rebalance is under way (`ready`): Faust paused every partition for that recovery,
+and only its own end of it resumes them.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from faust.types import TP
+from mode.utils.queues import FlowControlEvent
+
+logger = logging.getLogger(__name__)
+
+
+def incremental_join(app: Any) -> bool:
+    """Whether the rebalance under way is a cooperative join this worker kept its partitions
+    through and handles incrementally (set by the coordinator between the join's completion
+    and its assignment step; see `ready`)."""
+    return bool(getattr(app.assignor, "incremental_join", False))
+
+
+def ready(app: Any) -> bool:
+    """Whether a cooperative join may be handled incrementally now: not while the recovery of
+    an eager rebalance is under way (Faust paused every partition for it, and resumes and
+    seeks them when it ends, which an incremental join would never do)."""
+    return not handler(app).eager_pending
+
+
+class IncrementalFlowControl(FlowControlEvent):
+    """Faust's flow control, whose ``resume`` leaves the streams' queues alone while the flow
+    was not suspended and an incremental rebalance is being handled.
+
+    Faust's ``resume`` empties every stream queue created ``clear_on_resume``, suspended or not,
+    and its recovery calls it several times: after an eager revocation that drops records of
+    the old assignment, but in an incremental rebalance the queues hold records of partitions
+    that keep flowing, and dropping them loses them (tracked, never acked: their partition's
+    commits stop there).
+    """
+
+    keep_queues = False
+
+    def resume(self) -> None:
+        if self.keep_queues and self.is_active():
+            return
+        super().resume()
+
+
+class IncrementalRebalance:
+    """The incremental handlers of one app (see the module docs)."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        #: Stream partitions gained and held paused until their tables have recovered.
+        self.held: set[TP] = set()
+        #: An eager rebalance was handled (Faust's way) and its recovery has not ended yet.
+        self.eager_pending = False
+        #: An incremental rebalance with nothing to recover ends when Faust's consumer returns
+        #: from the assignment step (`on_rebalance_return`).
+        self.end_on_return = False
+
+    def _flow_control(self) -> IncrementalFlowControl | None:
+        flow = self.app.flow_control
+        return flow if isinstance(flow, IncrementalFlowControl) else None
+
+    def keep_queues(self, keep: bool) -> None:
+        flow = self._flow_control()
+        if flow is not None:
+            flow.keep_queues = keep
+
+    async def on_partitions_revoked(self, revoked: set[TP]) -> None:
+        """What this worker lost (often nothing); the consumer has committed it already."""
+        app = self.app
+        self.keep_queues(True)
+        if revoked:
+            logger.info(
+                "streamapp: giving up %s, processing the rest on (incremental rebalance)",
+                sorted(revoked),
+            )
+            # Writes their table buffers; the changelog queue is left alone: it holds records
+            # of the standbys kept, and those of the revoked partitions are dropped as
+            # recovery takes them (no longer active nor standby here).
+            app.tables.recovery.revoke_incrementally(revoked)
+        self.held -= revoked
+        await app.on_partitions_revoked.send(revoked)
+
+    async def on_partitions_assigned(
+        self, assigned: set[TP], revoked: set[TP], newly_assigned: set[TP]
+    ) -> None:
+        """The whole new assignment; ``revoked`` and ``newly_assigned`` against the last one."""
+        app = self.app
+        self.keep_queues(True)
+        self.end_on_return = False
+        consumer = app.consumer
+        changelogs = app.tables.changelog_topics
+        gained_streams = {tp for tp in newly_assigned if tp.topic not in changelogs}
+        self.held = (self.held | gained_streams) & assigned
+        await app.agents.on_rebalance(revoked, newly_assigned)
+        await app.topics.maybe_wait_for_subscriptions()
+        if newly_assigned:
+            # Only what is new waits: its tables recover first (changelogs: recovery seeks
+            # and resumes those it reads).
+            consumer.pause_partitions(newly_assigned)
+        await app.topics.on_partitions_assigned(assigned)
+        logger.info(
+            "streamapp: incremental rebalance: kept %d partition(s) flowing, gained %s, lost %s",
+            len(assigned - newly_assigned),
+            sorted(newly_assigned) or "none",
+            sorted(revoked) or "none",
+        )
+        await app.tables.on_rebalance(assigned, revoked, newly_assigned, app.consumer_generation_id)
+        await app.on_partitions_assigned.send(assigned)
+        if not app.tables.recovery.incremental_pass:
+            # Nothing to read afresh: done now, but the rebalance ends (`end`) only after
+            # Faust's consumer marked its return from this step.
+            await self.on_recovered(end=False)
+            self.end_on_return = True
+
+    async def on_recovered(self, end: bool = True) -> None:
+        """Recovery of what was gained is over (or there was nothing to recover): the gained
+        stream partitions go to their committed offsets and resume; nothing else moves."""
+        app = self.app
+        consumer = app.consumer
+        await app.on_rebalance_complete.send()
+        held = self.held & consumer.assignment()
+        self.held = set()
+        if held:
+            await consumer.seek_to_committed_partitions(held)
+            consumer.resume_partitions(held)
+        logger.info(
+            "streamapp: incremental rebalance done, resumed %s", sorted(held) or "nothing new"
+        )
+        if end:
+            self.end()
+
+    def end(self) -> None:
+        """The rebalance is over (Faust's tail of a recovery's end)."""
+        self.end_on_return = False
+        self.app.consumer.resume_flow()
+        self.keep_queues(False)
+        self.app.tables.on_actives_ready()
+        self.app.tables.on_standbys_ready()
+        self.app.on_rebalance_end()
+
+    def on_rebalance_return(self) -> None:
+        """Faust's consumer returned from the assignment step (after the app's sensors took
+        that return): a rebalance that had nothing to recover ends now, in that order (ended
+        before, the sensors had no state left for the return and Faust warned of it)."""
+        if self.end_on_return:
+            self.end()
+
+
+def handler(app: Any) -> IncrementalRebalance:
+    """The app's incremental handlers (one per app)."""
+    found: IncrementalRebalance | None = getattr(app, "streamapp_incremental", None)
+    if found is None:
+        found = IncrementalRebalance(app)
+        app.streamapp_incremental = found
+    return found

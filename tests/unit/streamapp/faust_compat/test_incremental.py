@@ -1,0 +1,141 @@
+"""Faust's rebalance handling made incremental under the cooperative protocol
+(streamapp.faust_compat.incremental): the steps a worker's consumer and app go through.
+
+What a real group does through them (kept partitions never paused, sought back or processed
+twice; gained ones resumed; nothing lost) is tested on a real broker in
+tests/integration/test_cooperative_rebalance.py.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+from faust.types import TP
+
+from streamapp.faust_compat import incremental
+from streamapp.faust_compat.transport import Consumer
+from streamapp.partition_assignor import StreamappPartitionAssignor
+
+KEPT = TP("events", 0)
+GAINED = TP("events", 1)
+CHANGELOG = TP("app-latest-changelog", 1)
+
+
+def _consumer_after_an_eager_rebalance_that_sought_nothing() -> Any:
+    # A worker's first rebalance gave it no stream partition: Faust's recovery resumed none,
+    # so its seek released none, and the consumer still waited for a recovery seek.
+    consumer: Any = object.__new__(Consumer)
+    consumer.app = SimpleNamespace(tables=SimpleNamespace(changelog_topics={CHANGELOG.topic}))
+    consumer._active_partitions = {KEPT}
+    consumer._paused_partitions = set()
+    consumer._streams_await_seek = True
+    consumer._sought_for_streams = False
+    consumer._resume_after_seek = set()
+    return consumer
+
+
+def test_a_gained_partition_waits_paused_then_resumes() -> None:
+    consumer = _consumer_after_an_eager_rebalance_that_sought_nothing()
+    consumer.prepare_incremental_assignment({GAINED, CHANGELOG})
+    # Faust's assignment step: every partition assigned and not paused becomes active.
+    consumer._set_active_tps({KEPT, GAINED, CHANGELOG})
+    assert consumer._active_partitions == {KEPT}
+    # Its tables recovered (recovery resumes the changelog), `incremental` resumes it.
+    consumer.resume_partitions({CHANGELOG})
+    consumer.resume_partitions({GAINED})
+    assert consumer._active_partitions == {KEPT, GAINED, CHANGELOG}
+    assert not consumer._resume_after_seek
+
+
+def test_without_the_preparation_the_resume_was_held_for_good() -> None:
+    # The scale-out's lost records: the gained stream partition's resume waited for a seek of
+    # Faust's recovery that an incremental rebalance never runs.
+    consumer = _consumer_after_an_eager_rebalance_that_sought_nothing()
+    consumer.pause_partitions({GAINED})
+    consumer.resume_partitions({GAINED})
+    assert GAINED not in consumer._active_partitions
+    assert consumer._resume_after_seek == {GAINED}
+
+
+def _assignor(app: Any) -> Any:
+    assignor: Any = object.__new__(StreamappPartitionAssignor)
+    assignor.app = app
+    assignor.incremental_join = False
+    return assignor
+
+
+def test_a_cooperative_join_goes_incremental_once_no_eager_recovery_is_under_way() -> None:
+    app = SimpleNamespace()
+    assignor = _assignor(app)
+    app.assignor = assignor
+    incremental.handler(app).eager_pending = True
+    # Faust paused every partition for that recovery and resumes them only as it ends.
+    assignor.on_incremental_join(True)
+    assert not incremental.incremental_join(app)
+    assignor.on_incremental_join(False)
+    incremental.handler(app).eager_pending = False
+    assignor.on_incremental_join(True)
+    assert incremental.incremental_join(app)
+    # Decided for the join's two handler calls: an eager recovery ending between them
+    # changes nothing.
+    incremental.handler(app).eager_pending = True
+    assert incremental.incremental_join(app)
+    assignor.on_incremental_join(False)
+    assert not incremental.incremental_join(app)
+
+
+class _Signal:
+    def __init__(self, name: str, calls: list[str]) -> None:
+        self.name, self.calls = name, calls
+
+    async def send(self, *args: Any, **kwargs: Any) -> None:
+        self.calls.append(self.name)
+
+
+def _app(calls: list[str]) -> Any:
+    async def nothing(*args: Any, **kwargs: Any) -> None:
+        return None
+
+    consumer = SimpleNamespace(
+        pause_partitions=lambda tps: calls.append(f"pause {sorted(tps)}"),
+        resume_partitions=lambda tps: calls.append(f"resume {sorted(tps)}"),
+        assignment=lambda: {KEPT},
+        resume_flow=lambda: calls.append("resume_flow"),
+    )
+    tables = SimpleNamespace(
+        changelog_topics={CHANGELOG.topic},
+        on_rebalance=nothing,
+        recovery=SimpleNamespace(incremental_pass=False),
+        on_actives_ready=lambda: calls.append("actives_ready"),
+        on_standbys_ready=lambda: None,
+    )
+    return SimpleNamespace(
+        consumer=consumer,
+        tables=tables,
+        agents=SimpleNamespace(on_rebalance=nothing),
+        topics=SimpleNamespace(
+            maybe_wait_for_subscriptions=nothing, on_partitions_assigned=nothing
+        ),
+        flow_control=None,
+        consumer_generation_id=4,
+        on_partitions_assigned=_Signal("assigned", calls),
+        on_rebalance_complete=_Signal("complete", calls),
+        on_rebalance_end=lambda: calls.append("end"),
+    )
+
+
+async def test_a_rebalance_with_nothing_to_recover_ends_after_faust_s_return_step() -> None:
+    # Faust's consumer marks the return from the assignment step for the app's sensors
+    # (app.on_rebalance_return) after the step; ended before, the sensors had no state left
+    # for it and Faust warned "Missing sensor state for rebalance #N" at each such rebalance.
+    calls: list[str] = []
+    app = _app(calls)
+    handler = incremental.handler(app)
+    await handler.on_partitions_assigned({KEPT}, set(), set())
+    assert calls == ["assigned", "complete"]
+    assert not [c for c in calls if c.startswith(("pause", "resume "))]  # nothing kept stops
+    handler.on_rebalance_return()
+    assert calls[2:] == ["resume_flow", "actives_ready", "end"]
+    handler.on_rebalance_return()  # the next rebalance's return ends nothing by itself
+    assert calls.count("end") == 1
