@@ -74,6 +74,7 @@ class Run:
     bootstrap: str
     root: Path
     keys: int
+    loglevel: str = "info"
     workers: dict[str, WorkerProcess] = field(default_factory=dict)
     seen: dict[str, int] = field(default_factory=dict)
     expected: dict[str, int] = field(default_factory=dict)
@@ -85,7 +86,9 @@ class Run:
         return f"{self.app_id}-events"
 
     def start(self, name: str) -> None:
-        worker = WorkerProcess(APP, self.bootstrap, self.root / name, "--client-id", name)
+        worker = WorkerProcess(
+            APP, self.bootstrap, self.root / name, "--client-id", name, "-l", self.loglevel
+        )
         self.workers[name] = worker.start()
         self.seen[name] = 0
 
@@ -196,6 +199,7 @@ def run_one(
     *,
     static: bool,
     steps: tuple[str, ...] = STEPS,
+    loglevel: str = "info",
 ) -> dict[str, Any]:
     app_id = "bench-" + label.replace(" ", "-")
     os.environ.update(
@@ -207,7 +211,7 @@ def run_one(
         REBALANCE_ACCEPTABLE_LAG=str(ACCEPTABLE_LAG),
         REBALANCE_PROBING_S="10",
     )
-    run = Run(label, app_id, bootstrap, root / app_id, keys)
+    run = Run(label, app_id, bootstrap, root / app_id, keys, loglevel)
     asyncio.run(create_topic(bootstrap, run.topic, PARTITIONS))
     results: dict[str, Any] = {}
     try:
@@ -291,7 +295,10 @@ def _table(
     static: bool,
     steps: tuple[str, ...] = STEPS,
 ) -> str:
-    stock, ours = results["stock faust"], results["streamapp"]
+    # A run left out (--assignors) shows as zeros.
+    unmeasured: dict[str, Any] = {step: StepCost() for step in STEPS} | {"table errors": "-"}
+    stock = results.get("stock faust", unmeasured)
+    ours = results.get("streamapp", unmeasured)
     lines = [
         f"rebalance cost, {keys:,} keys, {PARTITIONS} partitions, 1 standby, "
         f"acceptable_recovery_lag={ACCEPTABLE_LAG}, {guarantee}, streamapp "
@@ -339,14 +346,36 @@ def main() -> int:
         default=",".join(STEPS),
         help=f"the steps to measure, comma-separated, in their order (default: {','.join(STEPS)})",
     )
+    parser.add_argument(
+        "--assignors",
+        default=",".join(ASSIGNORS),
+        help=f"the runs to make, comma-separated (default: {','.join(ASSIGNORS)})",
+    )
+    parser.add_argument(
+        "--log-dir",
+        type=Path,
+        help="keep the broker's and workers' data dirs and logs (<app id>/<worker>.log) here "
+        "(default: a temporary directory, removed at the end)",
+    )
+    parser.add_argument(
+        "-l",
+        "--loglevel",
+        default="info",
+        choices=["debug", "info", "warning"],
+        help="the workers' log level (default: %(default)s)",
+    )
     args = parser.parse_args()
     guarantee = "exactly_once" if args.exactly_once else "at_least_once"
     steps = tuple(step.strip() for step in args.steps.split(","))
     unknown = set(steps) - set(STEPS)
     if unknown:
         parser.error(f"--steps: unknown {', '.join(sorted(unknown))} (steps: {', '.join(STEPS)})")
+    labels = tuple(label.strip() for label in args.assignors.split(","))
+    if set(labels) - set(ASSIGNORS):
+        parser.error(f"--assignors: one of {', '.join(ASSIGNORS)}")
     with tempfile.TemporaryDirectory(prefix="bench-rebalance-") as tmp:
-        root = Path(tmp)
+        root = Path(tmp) if args.log_dir is None else args.log_dir
+        root.mkdir(parents=True, exist_ok=True)
         broker = LocalKafka(port=free_port(), data_dir=root / "kafka")
         broker.start()
         try:
@@ -361,8 +390,10 @@ def main() -> int:
                     # Stock Faust joins as a dynamic member unless the app sets an instance id.
                     static=args.static_membership and label != "stock faust",
                     steps=steps,
+                    loglevel=args.loglevel,
                 )
                 for label, assignor in ASSIGNORS.items()
+                if label in labels
             }
         finally:
             broker.stop()

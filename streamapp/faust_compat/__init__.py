@@ -40,6 +40,7 @@ PRIVATE_NAMES: dict[str, tuple[str, ...]] = {
         "_assignor",
         "_ensure_consumer",
         "_consumer",  # access.group_coordinator
+        "_highwaters",  # transport fix 2 and 13: ends by ListOffsets, on the offsets reader
     ),
     "faust.transport.drivers.aiokafka:ConsumerRebalanceListener": (
         "_thread",  # transport: the app's generation kept through an incremental rebalance

@@ -80,6 +80,17 @@
     flowing. Lost stream partitions are drained and committed alone (``Consumer._give_up``),
     gained ones sought alone (``Consumer.seek_to_committed_partitions``). Delete when Faust's
     rebalance handling is incremental. Test: tests/integration/test_cooperative_rebalance.py.
+
+14. Offsets are asked on their own connection (`ConsumerThread.offsets_reader`): a second
+    aiokafka consumer, in no group, at the worker consumer's isolation level, answers
+    ``highwaters`` and ``earliest_offsets``. Faust asked them of its worker consumer, whose one
+    connection to a broker also carries its fetches; the broker answers one request of a
+    connection at a time, and Faust's fetches wait up to 1.5 s for records (its
+    ``fetch_max_wait_ms``), so each ListOffsets of a recovery (the actives' ends and starts,
+    the standbys' ends and starts) queued behind an idle fetch: about 6 s of a 9 s resume after
+    an exactly_once crash. Delete when Faust asks offsets on a connection of their own, or
+    aiokafka does. Test: tests/unit/streamapp/faust_compat/test_transport.py;
+    tests/integration/test_recovery_end.py.
 """
 
 from __future__ import annotations
@@ -124,9 +135,33 @@ def deleted_before_read(
     return lost
 
 
+def offsets_reader(app: Any, transport: Any, *, read_committed: bool) -> aiokafka.AIOKafkaConsumer:
+    """A consumer in no group, for ListOffsets only: the worker consumer's broker, credentials
+    and isolation level (the last stable offset is an end under read_committed)."""
+    conf = app.conf
+    return aiokafka.AIOKafkaConsumer(
+        client_id=conf.broker_client_id,
+        bootstrap_servers=faust_aiokafka.server_list(transport.url, transport.default_port),
+        request_timeout_ms=int(conf.broker_request_timeout * 1000.0),
+        enable_auto_commit=False,
+        isolation_level="read_committed" if read_committed else "read_uncommitted",
+        metadata_max_age_ms=conf.consumer_metadata_max_age_ms,
+        connections_max_idle_ms=conf.consumer_connections_max_idle_ms,
+        **faust_aiokafka.credentials_to_aiokafka_auth(conf.broker_credentials, conf.ssl_context),
+    )
+
+
 class ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
+    #: Answers highwaters and earliest_offsets (transport fix 14); started at its first use,
+    #: in the consumer thread.
+    _offsets_reader: aiokafka.AIOKafkaConsumer | None = None
+    _offsets_reader_started: bool = False
+
     def _create_worker_consumer(self, transport: Any) -> aiokafka.AIOKafkaConsumer:
         consumer = super()._create_worker_consumer(transport)
+        self._offsets_reader = offsets_reader(
+            self.app, transport, read_committed=bool(self.consumer.in_transaction)
+        )
         if self._assignor is not self.app.assignor:
             self._assignor = self.app.assignor
             # aiokafka 0.14 reads this in start() to build its GroupCoordinator.
@@ -230,10 +265,44 @@ class ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
                 start,
             )
 
+    async def _offsets_client(self) -> aiokafka.AIOKafkaConsumer:
+        """The consumer to ask offsets of (in the consumer thread): the offsets reader, else
+        (not made, or it did not start) the worker consumer, as Faust did."""
+        reader = self._offsets_reader
+        if reader is None:
+            return self._ensure_consumer()
+        if not self._offsets_reader_started:
+            try:
+                await reader.start()
+            except KafkaError as exc:
+                logger.warning(
+                    "streamapp: offsets reader did not start (%r): offsets are asked of the "
+                    "worker consumer, behind its fetches",
+                    exc,
+                )
+                self._offsets_reader = None
+                return self._ensure_consumer()
+            self._offsets_reader_started = True
+        return reader
+
     async def _highwaters(self, partitions: list[TP]) -> Mapping[TP, int]:
         # end_offsets honours the consumer's isolation level: the LSO under read_committed.
-        ends = await self._ensure_consumer().end_offsets(partitions)
+        ends = await (await self._offsets_client()).end_offsets(partitions)
         return {TP(tp.topic, tp.partition): offset for tp, offset in ends.items()}
+
+    async def earliest_offsets(self, *partitions: TP) -> Mapping[TP, int]:
+        starts: Mapping[TP, int] = await self.call_thread(self._earliest_offsets, partitions)
+        return starts
+
+    async def _earliest_offsets(self, partitions: Iterable[TP]) -> Mapping[TP, int]:
+        starts = await (await self._offsets_client()).beginning_offsets(list(partitions))
+        return {TP(tp.topic, tp.partition): offset for tp, offset in starts.items()}
+
+    async def on_thread_stop(self) -> None:
+        await super().on_thread_stop()
+        reader, self._offsets_reader = self._offsets_reader, None
+        if reader is not None and self._offsets_reader_started:
+            await reader.stop()
 
     def verify_event_path(self, now: float, tp: TP) -> None:
         # Faust's livelock check reads each partition's position from aiokafka, whose

@@ -63,3 +63,50 @@ async def test_a_rebalance_warns_of_records_deleted_before_read(
         "streamapp: clicks[0]: records 168 to 232 were deleted (retention or DeleteRecords) "
         "before this group read them: they are not processed; the partition goes on from 233"
     ]
+
+
+@pytest.mark.parametrize(
+    ("guarantee", "isolation"),
+    [("exactly_once", "read_committed"), ("at_least_once", "read_uncommitted")],
+)
+async def test_offsets_are_asked_on_a_connection_of_their_own(
+    tmp_path: Path, guarantee: str, isolation: str
+) -> None:
+    # Transport fix 14: a consumer in no group, at the worker consumer's isolation level (the
+    # LSO is the end under read_committed), so no ListOffsets waits behind a fetch.
+    app = App("sa-offsets", processing_guarantee=guarantee, datadir=str(tmp_path))
+    app.in_worker = True  # Faust runs transactions in a worker only
+    thread = app.consumer._thread  # type: ignore[attr-defined]
+    worker = thread._create_worker_consumer(app.transport)  # built, never started
+    reader = thread._offsets_reader
+    assert reader is not None and reader is not worker
+    assert reader._group_id is None
+    assert worker._isolation_level == isolation
+    assert reader._isolation_level == isolation
+
+
+async def test_highwaters_and_earliest_offsets_come_from_the_offsets_reader(
+    tmp_path: Path,
+) -> None:
+    from faust.types import TP
+
+    app = App("sa-offsets-read", processing_guarantee="exactly_once", datadir=str(tmp_path))
+    thread = app.consumer._thread  # type: ignore[attr-defined]
+    asked: list[str] = []
+
+    class Reader:
+        async def end_offsets(self, tps: list[TP]) -> dict[TopicPartition, int]:
+            asked.append("end")
+            return {TopicPartition(tp.topic, tp.partition): 42 for tp in tps}
+
+        async def beginning_offsets(self, tps: list[TP]) -> dict[TopicPartition, int]:
+            asked.append("start")
+            return {TopicPartition(tp.topic, tp.partition): 7 for tp in tps}
+
+    thread._offsets_reader = Reader()
+    thread._offsets_reader_started = True
+    # The worker consumer is never started: asking it would raise ConsumerNotStarted.
+    tp = TP("t-changelog", 0)
+    assert await thread._highwaters([tp]) == {tp: 42}
+    assert await thread._earliest_offsets([tp]) == {tp: 7}
+    assert asked == ["end", "start"]
