@@ -18,6 +18,17 @@ did, raced against the flow's suspension and the consumer stopping or crashing: 
 ``wait_first`` would also have run the callback's first step (its task is created first and
 steps first), so nothing the callback does is skipped or done differently.
 
+Handed out at once, a record costs the fetch loop so little that it would run a whole fetch
+ahead of the agents, until the streams' queues are full (``stream_buffer_maxsize``, 4,096
+records): latency grows by that backlog, and under exactly_once every commit first waits for
+all of it to be processed (streamapp's commit between records), which made exactly_once four
+times slower in the benchmark. So the fetch loop stays in step with the agents: after a record
+handed out at once it yields to the loop once (an agent takes one record per loop iteration,
+Faust's stream iterator yields once per record), and while `AHEAD_LIMIT` records or more are
+handed out and not yet processed, records take Faust's path whole (which is slower than an
+agent, so the backlog drains; it is where an agent slower than the fetch loop would be without
+this module too).
+
 The steps run in a copy of the fetch loop's context, as they would in a task of their own:
 nothing the callback sets in a context variable leaks into the fetch loop. With the flow
 suspended or the consumer stopping when a record comes, the record takes Faust's path whole.
@@ -41,6 +52,9 @@ from collections.abc import Awaitable, Callable, Coroutine, Generator
 from typing import Any
 
 from mode.services import WaitResults
+
+#: Records handed out and not yet processed (acked) at which hand-outs take Faust's path.
+AHEAD_LIMIT = 100
 
 #: What `eager_wait_first` hands what it cannot finish at once to: mode's ``wait_first``.
 WaitFirst = Callable[..., Awaitable[WaitResults]]
@@ -97,9 +111,10 @@ async def eager_wait_first(
     """Hand one record out: at once if it needs no wait, else through ``wait_first``.
 
     ``hand_out`` is the callback's coroutine for the record and ``flow_suspended`` the flow's
-    wait, as Faust's fetch loop passes them. ``may_start`` is false while the flow is suspended
-    or the consumer stopping: then both go to ``wait_first`` untouched. Returns None when the
-    hand-out finished at once, else what ``wait_first`` returned.
+    wait, as Faust's fetch loop passes them. ``may_start`` is false while the flow is suspended,
+    the consumer stopping or `AHEAD_LIMIT` records are in hand: then both go to ``wait_first``
+    untouched. Returns None when the hand-out finished at once (having yielded to the loop
+    once, for the agents to keep step), else what ``wait_first`` returned.
     """
     if not may_start:
         return await wait_first(hand_out, flow_suspended)
@@ -108,6 +123,7 @@ async def eager_wait_first(
         pending = context.run(hand_out.send, None)
     except StopIteration:
         flow_suspended.close()
+        await asyncio.sleep(0)
         return None
     except BaseException:
         flow_suspended.close()

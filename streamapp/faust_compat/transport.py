@@ -87,7 +87,7 @@ from faust.types.transports import TPorTopicSet
 from mode.services import WaitResults
 
 from streamapp.faust_compat import static_membership
-from streamapp.faust_compat.eager_hand_out import eager_wait_first, is_coroutine_of
+from streamapp.faust_compat.eager_hand_out import AHEAD_LIMIT, eager_wait_first, is_coroutine_of
 from streamapp.hand_out import HandOutLedger
 
 #: True in the task of Faust's fetch loop (set by `Consumer.getmany`); a context variable, so
@@ -242,7 +242,8 @@ class Consumer(faust_aiokafka.Consumer):
             waited = await eager_wait_first(
                 coros[0],
                 coros[1],
-                may_start=not (self.suspend_flow.is_set() or self.should_stop),
+                may_start=not (self.suspend_flow.is_set() or self.should_stop)
+                and len(self.unacked) < AHEAD_LIMIT,
                 wait_first=super().wait_first,
             )
             if waited is not None:

@@ -18,7 +18,7 @@ from faust.transport.consumer import Consumer as FaustConsumer
 from mode.services import Service
 
 from streamapp import App
-from streamapp.faust_compat.eager_hand_out import eager_wait_first, is_coroutine_of
+from streamapp.faust_compat.eager_hand_out import AHEAD_LIMIT, eager_wait_first, is_coroutine_of
 from streamapp.faust_compat.transport import IN_FETCH_LOOP, Consumer
 
 MARK: contextvars.ContextVar[str] = contextvars.ContextVar("mark", default="unset")
@@ -63,6 +63,37 @@ async def test_a_hand_out_with_nothing_to_wait_for_makes_no_task() -> None:
         loop.set_task_factory(previous)
     assert done == [0, 1, 2]
     assert made == []
+
+
+async def test_after_a_hand_out_at_once_the_agents_get_their_turn() -> None:
+    # An agent takes one record per loop iteration: the fetch loop yields once per record,
+    # so it does not run a whole fetch ahead of it.
+    flow = asyncio.Event()
+    order: list[str] = []
+
+    async def hand_out(offset: int) -> None:
+        order.append(f"hand out {offset}")
+
+    async def agent() -> None:
+        for offset in range(3):
+            order.append(f"process {offset}")
+            await asyncio.sleep(0)
+
+    async def fetch_loop() -> None:
+        for offset in range(3):
+            await eager_wait_first(
+                hand_out(offset), flow.wait(), may_start=True, wait_first=_Waiter().wait_first
+            )
+
+    await asyncio.gather(fetch_loop(), agent())
+    assert order == [
+        "hand out 0",
+        "process 0",
+        "hand out 1",
+        "process 1",
+        "hand out 2",
+        "process 2",
+    ]
 
 
 async def test_a_hand_out_that_waits_finishes_under_wait_first() -> None:
@@ -216,6 +247,24 @@ async def test_the_consumer_takes_the_fetch_loops_call_only(tmp_path: Path) -> N
     await asyncio.ensure_future(in_fetch_loop())
     assert handed == [0, 1, 2]
     assert (consumer.handed_out_at_once, consumer.handed_out_waiting) == (1, 0)
+
+    # AHEAD_LIMIT records handed out and not processed: Faust's path, until they are.
+    in_hand = [_Record() for _ in range(AHEAD_LIMIT)]
+    consumer._unacked_messages.update(in_hand)  # type: ignore[attr-defined]
+
+    async def ahead() -> None:
+        IN_FETCH_LOOP.set(True)
+        await consumer.wait_first(hand_out(3), consumer.suspend_flow.wait())
+        consumer._unacked_messages.discard(in_hand.pop())  # type: ignore[attr-defined]
+        await consumer.wait_first(hand_out(4), consumer.suspend_flow.wait())
+
+    await asyncio.ensure_future(ahead())
+    assert handed == [0, 1, 2, 3, 4]
+    assert (consumer.handed_out_at_once, consumer.handed_out_waiting) == (2, 1)
+
+
+class _Record:
+    """Stands for a message handed out and not yet acked (the consumer keeps them weakly)."""
 
 
 def test_fausts_fetch_loop_still_makes_the_call_recognised() -> None:
