@@ -10,24 +10,23 @@ the largest single share of the asyncio machinery in a worker's profile (docs/th
 
 Almost always the hand-out has nothing to wait for: no commit holds it, the flow runs, the
 stream's queue has room, and the conductor's lock is free. Here the callback's coroutine takes
-its first step at once, in the fetch loop's own task. When it finishes there, that was the
-whole hand-out: no task, no future, no loop iteration, and the records of a fetch reach the
-stream's queue one after the other. When it has to wait (a full queue, a commit in progress,
-flow control), what remains of it goes to Faust's ``wait_first`` exactly as the whole callback
-did, raced against the flow's suspension and the consumer stopping or crashing: Faust's
-``wait_first`` would also have run the callback's first step (its task is created first and
-steps first), so nothing the callback does is skipped or done differently.
+its first step at once, in the fetch loop's own task. When it finishes there, that was the whole
+hand-out: no task, no future, no loop iteration of its own. When it has to wait (a full queue, a
+commit in progress, flow control), what remains of it goes to Faust's ``wait_first`` exactly as
+the whole callback did, raced against the flow's suspension and the consumer stopping or
+crashing: Faust's ``wait_first`` would also have run the callback's first step (its task is
+created first and steps first), so nothing the callback does is skipped or done differently.
 
 Handed out at once, a record costs the fetch loop so little that it would run a whole fetch
 ahead of the agents, until the streams' queues are full (``stream_buffer_maxsize``, 4,096
-records): latency grows by that backlog, and under exactly_once every commit first waits for
-all of it to be processed (streamapp's commit between records), which made exactly_once four
-times slower in the benchmark. So the fetch loop stays in step with the agents: after a record
-handed out at once it yields to the loop once (an agent takes one record per loop iteration,
-Faust's stream iterator yields once per record), and while `AHEAD_LIMIT` records or more are
-handed out and not yet processed, records take Faust's path whole (which is slower than an
-agent, so the backlog drains; it is where an agent slower than the fetch loop would be without
-this module too).
+records): latency grows by that backlog, and under exactly_once every commit first waits for all
+of it to be processed (streamapp's commit between records): in the benchmark that took
+exactly_once from ~350 to ~1,200 µs of CPU per record (docs/throughput.md). So the fetch loop
+stays in step with the agents: after a record handed out at once it yields to the loop once (an
+agent takes one record per loop iteration, Faust's stream iterator yields once per record), and
+while `AHEAD_LIMIT` records or more are handed out and not yet processed, records take Faust's
+path whole (which is slower than an agent, so the backlog drains; it is where an agent slower
+than the fetch loop would be without this module too).
 
 The steps run in a copy of the fetch loop's context, as they would in a task of their own:
 nothing the callback sets in a context variable leaks into the fetch loop. With the flow
@@ -41,7 +40,8 @@ streamapp's own hand-out; any other call goes to mode's ``wait_first`` untouched
 
 Delete when Faust's fetch loop hands records to the conductor without a task per record (or
 mode's ``wait_first`` starts its tasks eagerly, as Python 3.12's eager tasks would).
-Test: tests/unit/streamapp/faust_compat/test_eager_hand_out.py.
+Tests: tests/unit/streamapp/faust_compat/test_eager_hand_out.py;
+tests/integration/test_eager_hand_out.py (exactly_once counts through a SIGKILL).
 """
 
 from __future__ import annotations
