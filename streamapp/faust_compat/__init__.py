@@ -10,7 +10,8 @@ aiokafka's group coordinator and producer (`coordinator`, `producer_wait`), and 
 requests of a static member (`static_membership`); Faust's table writes, encoded once
 (`encode_once`); the expiry heap of its windowed tables, rebuilt after a recovery
 (`window_expiry`); its rebalance handlers, made incremental under the cooperative protocol
-(`incremental`).
+(`incremental`); its fetch loop's hand-out of each record, without a task per record
+(`eager_hand_out`).
 Every private name those rely on is listed in `PRIVATE_NAMES` below, and nowhere else in
 streamapp is one named (a unit test reads every module for them).
 
@@ -61,6 +62,7 @@ PRIVATE_NAMES: dict[str, tuple[str, ...]] = {
         "_commit_fut",
         "_read_offset",  # recovery: the last record handed out per partition
         "_committed_offset",  # incremental: the gained partitions' seek, as perform_seek's
+        "_drain_messages",  # eager_hand_out: its per-record wait_first call is recognised
     ),
     "faust.tables.recovery:Recovery": (
         "_build_offsets",  # recovery: stores claiming more than their changelog go aside

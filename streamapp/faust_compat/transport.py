@@ -91,6 +91,10 @@
     an exactly_once crash. Delete when Faust asks offsets on a connection of their own, or
     aiokafka does. Test: tests/unit/streamapp/faust_compat/test_transport.py;
     tests/integration/test_recovery_end.py.
+
+15. The fetch loop hands a record to the streams without a task per record, when the hand-out
+    has nothing to wait for (``Consumer.wait_first``; see
+    ``streamapp.faust_compat.eager_hand_out``, which says when to delete it).
 """
 
 from __future__ import annotations
@@ -107,8 +111,10 @@ from aiokafka.errors import KafkaError
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP, Message
 from faust.types.transports import TPorTopicSet
+from mode.services import WaitResults
 
 from streamapp.faust_compat import incremental, static_membership
+from streamapp.faust_compat.eager_hand_out import AHEAD_LIMIT, eager_wait_first, is_coroutine_of
 from streamapp.hand_out import HandOutLedger
 
 logger = logging.getLogger(__name__)
@@ -398,6 +404,34 @@ class Consumer(faust_aiokafka.Consumer):
 
         # Faust's fetch loop hands every record to this callback (the conductor's on_message).
         self.callback = hand_out_between_commits
+        self._hand_out = hand_out_between_commits
+        #: Records the fetch loop handed out at once, and those that had to wait (the tests).
+        self.handed_out_at_once = 0
+        self.handed_out_waiting = 0
+
+    async def wait_first(self, *coros: Any, timeout: Any = None) -> WaitResults:
+        # Faust's fetch loop calls ``wait_first(callback(message), self.suspend_flow.wait())``
+        # once per record: that call starts with the hand-out's first step at once, in the
+        # fetch loop's task (module docs, 12). Every other call is mode's own.
+        if (
+            timeout is None
+            and len(coros) == 2
+            and is_coroutine_of(coros[0], self._hand_out)
+            and IN_FETCH_LOOP.get()
+        ):
+            waited = await eager_wait_first(
+                coros[0],
+                coros[1],
+                may_start=not (self.suspend_flow.is_set() or self.should_stop)
+                and len(self.unacked) < AHEAD_LIMIT,
+                wait_first=super().wait_first,
+            )
+            if waited is not None:
+                self.handed_out_waiting += 1
+                return waited
+            self.handed_out_at_once += 1
+            return WaitResults([coros[0]], [None], False)
+        return await super().wait_first(*coros, timeout=timeout)
 
     def resume_partitions(self, tps: Iterable[TP]) -> None:
         # Faust's recovery resumes the stream partitions and then seeks them to their committed
