@@ -42,6 +42,7 @@ PRIVATE_NAMES: dict[str, tuple[str, ...]] = {
         "_ensure_consumer",
         "_consumer",  # access.group_coordinator
         "_highwaters",  # transport fix 2 and 13: ends by ListOffsets, on the offsets reader
+        "_fetch_records",  # transport fix 17: positions noted as each fetch begins
     ),
     "faust.transport.drivers.aiokafka:ConsumerRebalanceListener": (
         "_thread",  # transport: the app's generation kept through an incremental rebalance
@@ -81,6 +82,10 @@ PRIVATE_NAMES: dict[str, tuple[str, ...]] = {
         "_subscription",
         "_coordinator",
         "_client",  # static_membership wraps its send and close
+        "_fetcher",  # transport fix 16: a short fetch wait while recovering
+    ),
+    "aiokafka.consumer.fetcher:Fetcher": (
+        "_fetch_max_wait_ms",  # transport fix 16: read as each fetch request is built
     ),
     "faust.app.base:App": (
         "_new_transport",

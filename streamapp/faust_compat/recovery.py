@@ -51,7 +51,11 @@ end offset and every record it has passed has been taken from the changelog queu
 (`Recovery._end_replays_at_end_offsets`): then there is no record left below the end offset to
 come, whatever the offsets in between held (markers, aborted records, records compacted away).
 The partition's offset is then set to the end offset less one, as Faust's fallback does, so the
-progress reported while restoring (``active_remaining``) stays true.
+progress reported while restoring (``active_remaining``) stays true. That every record below the
+position has been taken is known from the position noted as a fetch of Faust's fetch loop began
+(`streamapp.faust_compat.transport`, 16), which comes right after the replay's last records were
+handed out; only a position passing a transaction marker fetched on its own, within a fetch, waits
+for the fetch after it (up to a second).
 """
 
 from __future__ import annotations
@@ -145,6 +149,9 @@ class _Replay:
     """The replay of the actives' changelogs under way (set once they are sought)."""
 
     generation: int
+    #: The fetch loop's ``fetches_started`` once the replay's partitions were sought: a fetch
+    #: begun later began after the seek (see `Recovery._reached_as_fetch_began`).
+    fetches_at_seek: int = -1
     #: Partitions whose replay ended at the end offset with no record there: tp -> end offset.
     ended_at_end: dict[TP, int] = field(default_factory=dict)
     reported: bool = False
@@ -158,8 +165,14 @@ class Recovery(FaustRecovery):
     #: Whether the recovery under way was started by an incremental rebalance.
     incremental_pass = False
 
-    def on_partitions_revoked(self, revoked: set[TP]) -> None:
+    def _end_replay(self) -> None:
         self._replay = None
+        consumer = self.app.consumer
+        if isinstance(consumer, Consumer):
+            consumer.watch_positions(set())
+
+    def on_partitions_revoked(self, revoked: set[TP]) -> None:
+        self._end_replay()
         super().on_partitions_revoked(revoked)  # writes the buffers
         # Unprocessed, so uncounted: the next assignment's seeks fetch them again.
         self.tables.changelog_queue.clear()
@@ -178,7 +191,7 @@ class Recovery(FaustRecovery):
         newly_assigned: set[TP],
         generation_id: int = 0,
     ) -> None:
-        self._replay = None
+        self._end_replay()
         if incremental.incremental_join(self.app):
             self._on_rebalance_incrementally(revoked, generation_id)
         else:
@@ -225,10 +238,22 @@ class Recovery(FaustRecovery):
             self.incremental_pass = True
             self._generation_id = generation_id
             self.signal_recovery_start.set()
+        elif isinstance(consumer := app.consumer, Consumer):
+            consumer.restore_fetch_wait()  # no recovery follows (transport fix 16)
 
     async def on_recovery_completed(self, generation_id: int = 0) -> None:
+        try:
+            await self._on_recovery_completed(generation_id)
+        finally:
+            # After the stream partitions resumed: the fetch in flight as they did was a short
+            # one, so their first fetch follows at once (transport fix 16).
+            consumer = self.app.consumer
+            if isinstance(consumer, Consumer):
+                consumer.restore_fetch_wait()
+
+    async def _on_recovery_completed(self, generation_id: int) -> None:
         # Runs before the stream partitions resume (Faust resumes them in this method).
-        self._replay = None
+        self._end_replay()
         self.flush_buffers()
         # Faust keeps reading the actives of a table whose recovery buffer holds one record
         # (its advice for global tables, which every worker writes): each record is stored as
@@ -278,7 +303,12 @@ class Recovery(FaustRecovery):
             # signals whenever nothing seemed to be left, highwaters not built yet included)
             # would end this replay before it began.
             self.signal_recovery_end.clear()
-            self._replay = _Replay(self.app.consumer_generation_id)
+            consumer = self.app.consumer
+            self._replay = _Replay(
+                self.app.consumer_generation_id, fetches_at_seek=fetches_started(consumer) or 0
+            )
+            if isinstance(consumer, Consumer):
+                consumer.watch_positions(set(tps))
 
     def _replay_current(self, replay: _Replay) -> bool:
         return (
@@ -320,22 +350,26 @@ class Recovery(FaustRecovery):
             return
         short = self._replay_short_of_end()
         if short:
-            reached = {
-                tp: end
-                for tp, end in short.items()
-                if (position := consumer_position(consumer, tp)) is not None and position >= end
-            }
+            reached = self._reached_as_fetch_began(consumer, short, replay)
             if not reached:
-                return
-            # Every record below those positions has been fetched. Once the fetch loop begins
-            # its next fetch, it has handed every one of them to the changelog queue.
-            mark = fetches_started(consumer)
-            while fetches_started(consumer) == mark:
-                await self.sleep(POSITION_PROBE_INTERVAL_S / 4)
+                reached = {
+                    tp: end
+                    for tp, end in short.items()
+                    if (position := consumer_position(consumer, tp)) is not None and position >= end
+                }
+                if not reached:
+                    return
+                # Every record below those positions has been fetched. Once the fetch loop
+                # begins its next fetch, it has handed every one of them to the changelog
+                # queue. (Reached here, not as a fetch began: the position passed a
+                # transaction marker fetched alone, in the fetch under way.)
+                mark = fetches_started(consumer)
+                while fetches_started(consumer) == mark:
+                    await self.sleep(POSITION_PROBE_INTERVAL_S / 4)
+                    if not self._replay_current(replay):
+                        return
                 if not self._replay_current(replay):
                     return
-            if not self._replay_current(replay):
-                return
             for tp, end in reached.items():
                 offset = self.active_offsets.get(tp)
                 through = handed_out_through(consumer, tp)
@@ -362,6 +396,24 @@ class Recovery(FaustRecovery):
         # every probe until the replay ends: Faust's loop clears it as it takes each record,
         # and _restart_recovery may only be about to wait for it.
         self.signal_recovery_end.set()
+
+    @staticmethod
+    def _reached_as_fetch_began(
+        consumer: ConsumerT, short: Mapping[TP, int], replay: _Replay
+    ) -> dict[TP, int]:
+        """Partitions of ``short`` whose position had reached the end offset as a fetch of
+        the fetch loop began, after the replay's seek: every record below it was returned by
+        an earlier fetch, and so handed out (transport fix 17). No wait for a further fetch."""
+        if not isinstance(consumer, Consumer):
+            return {}
+        started, positions = consumer.positions_at_fetch_start()
+        if started <= replay.fetches_at_seek:
+            return {}  # begun before the seek: its positions may be the old assignment's
+        return {
+            tp: end
+            for tp, end in short.items()
+            if (position := positions.get(tp)) is not None and position >= end
+        }
 
     async def _build_offsets(
         self, consumer: ConsumerT, tps: set[TP], destination: Counter[TP], title: str

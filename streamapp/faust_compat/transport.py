@@ -95,6 +95,25 @@
 15. The fetch loop hands a record to the streams without a task per record, when the hand-out
     has nothing to wait for (``Consumer.wait_first``; see
     ``streamapp.faust_compat.eager_hand_out``, which says when to delete it).
+
+16. While a rebalance's recovery is under way, a fetch that finds no records returns after
+    ``RECOVERY_FETCH_MAX_WAIT_MS`` (0.1 s), not Faust's hard-coded 1.5 s (its
+    ``fetch_max_wait_ms``); the 1.5 s comes back as recovery completes
+    (`ConsumerThread.shorten_fetch_wait`, ``restore_fetch_wait``). aiokafka sends one fetch at a
+    time to a broker, so the first changelog fetch after recovery's seek waited for the fetch
+    in flight (the stream partitions', idle) to come back empty: about a second of every
+    exactly_once resume. aiokafka reads the wait as it builds each fetch request; idle workers
+    keep the long wait. Delete when Faust's fetch max wait is a setting (or aiokafka's fetch in
+    flight gives way to a seek). Test: tests/unit/streamapp/faust_compat/test_transport.py;
+    tests/integration/test_recovery_end.py.
+
+17. The consumer thread notes, as each of the fetch loop's fetches begins there, the positions
+    of the partitions recovery watches (``Consumer.positions_at_fetch_start``): every record
+    below them was returned by an earlier fetch, so has been handed out. A replay's end is
+    then taken as soon as such a position reaches the end offset, where fix 10 waited for the
+    fetch loop to begin a further fetch (up to 1 s, its wait for records). Delete with fix 10.
+    Test: tests/unit/streamapp/faust_compat/test_transport.py;
+    tests/integration/test_recovery_end.py.
 """
 
 from __future__ import annotations
@@ -118,6 +137,10 @@ from streamapp.faust_compat.eager_hand_out import AHEAD_LIMIT, eager_wait_first,
 from streamapp.hand_out import HandOutLedger
 
 logger = logging.getLogger(__name__)
+
+#: aiokafka's wait for records of a fetch while a recovery is under way (fix 16); Faust's, the
+#: wait otherwise, is 1.5 s.
+RECOVERY_FETCH_MAX_WAIT_MS = 100
 
 #: True in the task of Faust's fetch loop (set by `Consumer.getmany`); a context variable, so
 #: the tasks recovery runs its seeks in (mode's ``wait_first`` makes new ones) never see it.
@@ -162,6 +185,12 @@ class ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
     #: in the consumer thread.
     _offsets_reader: aiokafka.AIOKafkaConsumer | None = None
     _offsets_reader_started: bool = False
+    #: Faust's fetch max wait, which a recovery shortens (fix 16).
+    _idle_fetch_max_wait_ms: int | None = None
+    #: Partitions whose positions are noted as each fetch begins (fix 17).
+    watched_positions: frozenset[TP] = frozenset()
+    #: (the fetch loop's count of the fetch, ``tp -> position``) at the latest fetch begun.
+    positions_at_fetch_start: tuple[int, Mapping[TP, int]] = (-1, {})
 
     def _create_worker_consumer(self, transport: Any) -> aiokafka.AIOKafkaConsumer:
         consumer = super()._create_worker_consumer(transport)
@@ -176,6 +205,60 @@ class ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
         if instance_id is not None:  # a static member: it leaves on a stop, stops once fenced
             static_membership.install(consumer, self.app.conf.id, instance_id)
         return consumer
+
+    def _fetcher(self) -> Any:
+        # aiokafka private: the consumer's Fetcher, which reads _fetch_max_wait_ms as it
+        # builds each fetch request (in this thread's loop).
+        consumer = self._consumer
+        return None if consumer is None else getattr(consumer, "_fetcher", None)
+
+    def _idle_fetch_wait(self, fetcher: Any) -> int:
+        # Faust's, read once, before either method below changed it: both only write, so
+        # calls from the two threads (an assignment here, a recovery's end in the app's) never
+        # leave the short wait for good.
+        if self._idle_fetch_max_wait_ms is None:
+            self._idle_fetch_max_wait_ms = int(fetcher._fetch_max_wait_ms)
+        return self._idle_fetch_max_wait_ms
+
+    def shorten_fetch_wait(self) -> None:
+        """A recovery is under way: fetches that find nothing return after 0.1 s (fix 16)."""
+        fetcher = self._fetcher()
+        if fetcher is not None:
+            idle = self._idle_fetch_wait(fetcher)
+            fetcher._fetch_max_wait_ms = min(RECOVERY_FETCH_MAX_WAIT_MS, idle)
+
+    def restore_fetch_wait(self) -> None:
+        """Recovery completed: fetches wait as long as Faust set them to (fix 16)."""
+        fetcher = self._fetcher()
+        if fetcher is not None:
+            fetcher._fetch_max_wait_ms = self._idle_fetch_wait(fetcher)
+
+    async def _fetch_records(
+        self,
+        consumer: aiokafka.AIOKafkaConsumer,
+        active_partitions: set[TP],
+        timeout: float | None = None,
+        max_records: int | None = None,
+    ) -> Any:
+        # Runs in this thread as each fetch of Faust's fetch loop begins; the loop is waiting
+        # for it, so its count is this fetch's, and it handed out what the fetches before
+        # returned (fix 17).
+        watched = self.watched_positions
+        if watched:
+            started = getattr(self.consumer, "fetches_started", -1)
+            assignment = consumer._subscription.subscription
+            positions: dict[TP, int] = {}
+            if assignment is not None:
+                for tp in watched:
+                    state = assignment.assignment.state_value(
+                        aiokafka.TopicPartition(tp.topic, tp.partition)
+                    )
+                    if state is not None and state.has_valid_position:
+                        positions[tp] = state.position
+            self.positions_at_fetch_start = (started, positions)
+        return await super()._fetch_records(
+            consumer, active_partitions, timeout=timeout, max_records=max_records
+        )
 
     async def seek_to_committed(self) -> Mapping[TP, int]:
         committed: Mapping[TP, int] = await self.call_thread(self._seek_to_committed_or_reset)
@@ -338,6 +421,10 @@ class RebalanceListener(faust_aiokafka.ConsumerRebalanceListener):
     async def on_partitions_assigned(self, assigned: Iterable[Any]) -> None:
         thread = self._thread
         app = thread.app
+        # Recovery follows (fix 16). Set as the assignment is taken: the new partitions get
+        # their positions (committed offsets asked for just now) before a fetch includes them.
+        if isinstance(thread, ConsumerThread):
+            thread.shorten_fetch_wait()
         if not incremental.incremental_join(app):
             await super().on_partitions_assigned(assigned)
             return
@@ -492,6 +579,31 @@ class Consumer(faust_aiokafka.Consumer):
         await super().perform_seek()
         if recovery_seek:
             self._sought_for_streams = True
+
+    def watch_positions(self, tps: set[TP]) -> None:
+        """Note the positions of ``tps`` as each fetch begins (fix 17); none: stop noting."""
+        thread = self._thread
+        if isinstance(thread, ConsumerThread):
+            thread.positions_at_fetch_start = (-1, {})
+            thread.watched_positions = frozenset(tps)
+
+    def positions_at_fetch_start(self) -> tuple[int, Mapping[TP, int]]:
+        """(``fetches_started`` of the latest fetch begun, the watched partitions' positions
+        as it began): every record below those positions has been handed out (fix 17)."""
+        thread = self._thread
+        if isinstance(thread, ConsumerThread):
+            return thread.positions_at_fetch_start
+        return (-1, {})
+
+    def shorten_fetch_wait(self) -> None:
+        thread = self._thread
+        if isinstance(thread, ConsumerThread):
+            thread.shorten_fetch_wait()
+
+    def restore_fetch_wait(self) -> None:
+        thread = self._thread
+        if isinstance(thread, ConsumerThread):
+            thread.restore_fetch_wait()
 
     def release_streams_after_seek(self) -> None:
         """Resume the stream partitions held for recovery's seek, once it is done.

@@ -89,3 +89,23 @@ def test_under_exactly_once_a_commit_persists_the_offsets_its_transactions_wrote
     assert store.persisted == {TP(changelog, 0): 41}
     tables.on_commit({TP("t-recovery-events", 1): 9})
     assert store.persisted == {TP(changelog, 0): 41, TP(changelog, 1): 17}
+
+
+def test_a_replay_ends_on_positions_noted_as_a_fetch_began_after_its_seek(
+    tmp_path: Path,
+) -> None:
+    # Transport fix 17: a fetch begun after the seek whose noted position reached the end
+    # offset ends the replay at once; one begun before the seek counts for nothing (its
+    # positions may precede the seek).
+    from streamapp.faust_compat.recovery import _Replay
+
+    app = _app(tmp_path)
+    consumer = app.consumer
+    thread = consumer._thread
+    ended, short_of_end = TP("t-recovery-counts-changelog", 0), TP("t-recovery-counts-changelog", 1)
+    short = {ended: 120, short_of_end: 80}
+    replay = _Replay(generation=1, fetches_at_seek=6)
+    thread.positions_at_fetch_start = (6, {ended: 120, short_of_end: 80})
+    assert Recovery._reached_as_fetch_began(consumer, short, replay) == {}
+    thread.positions_at_fetch_start = (7, {ended: 120, short_of_end: 79})
+    assert Recovery._reached_as_fetch_began(consumer, short, replay) == {ended: 120}

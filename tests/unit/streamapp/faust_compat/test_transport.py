@@ -110,3 +110,73 @@ async def test_highwaters_and_earliest_offsets_come_from_the_offsets_reader(
     assert await thread._highwaters([tp]) == {tp: 42}
     assert await thread._earliest_offsets([tp]) == {tp: 7}
     assert asked == ["end", "start"]
+
+
+class _Fetcher:
+    _fetch_max_wait_ms = 1500  # Faust's
+
+
+class _FetchingConsumer:
+    def __init__(self) -> None:
+        self._fetcher = _Fetcher()
+
+
+def test_a_recovery_shortens_the_fetch_wait_and_its_end_restores_faust_s(
+    tmp_path: Path,
+) -> None:
+    # Transport fix 16: the first changelog fetch after recovery's seek waited for the idle
+    # fetch in flight, up to Faust's 1.5 s; idle workers keep the long wait.
+    app = App("sa-fetch-wait", processing_guarantee="exactly_once", datadir=str(tmp_path))
+    thread = app.consumer._thread  # type: ignore[attr-defined]
+    thread._consumer = _FetchingConsumer()
+    fetcher = thread._consumer._fetcher
+    app.consumer.shorten_fetch_wait()  # type: ignore[attr-defined]
+    assert fetcher._fetch_max_wait_ms == 100
+    app.consumer.shorten_fetch_wait()  # type: ignore[attr-defined]  # a rebalance in one
+    assert fetcher._fetch_max_wait_ms == 100
+    app.consumer.restore_fetch_wait()  # type: ignore[attr-defined]
+    assert fetcher._fetch_max_wait_ms == 1500
+    app.consumer.restore_fetch_wait()  # type: ignore[attr-defined]  # e.g. no recovery
+    assert fetcher._fetch_max_wait_ms == 1500
+
+
+async def test_the_positions_of_watched_partitions_are_noted_as_each_fetch_begins(
+    tmp_path: Path,
+) -> None:
+    # Transport fix 17: noted with the fetch loop's count of the fetch, in the consumer thread
+    # before the fetch waits for records.
+    from aiokafka.consumer.subscription_state import SubscriptionState
+    from faust.types import TP
+
+    app = App("sa-fetch-start", datadir=str(tmp_path))
+    consumer = app.consumer
+    thread = consumer._thread  # type: ignore[attr-defined]
+    watched, other = TP("t-changelog", 0), TP("t-changelog", 1)
+    subscription = SubscriptionState()
+    subscription.assign_from_user(
+        {TopicPartition(watched.topic, 0), TopicPartition(other.topic, 1)}
+    )
+    subscription.seek(TopicPartition(watched.topic, 0), 57)
+
+    class Fetcher:
+        _closed = False
+        _subscriptions = subscription
+
+        async def fetched_records(self, *args: object, **kwargs: object) -> dict[TP, list[int]]:
+            return {}
+
+    class Fetching:
+        _closed = False
+        _subscription = subscription
+        _fetcher = Fetcher()
+
+    assert consumer.positions_at_fetch_start() == (-1, {})  # type: ignore[attr-defined]
+    await thread._fetch_records(Fetching(), {watched}, timeout=0.0)
+    assert consumer.positions_at_fetch_start() == (-1, {})  # type: ignore[attr-defined]
+    consumer.watch_positions({watched, other})  # type: ignore[attr-defined]
+    consumer.fetches_started = 4  # type: ignore[attr-defined]
+    await thread._fetch_records(Fetching(), {watched}, timeout=0.0)
+    # The other partition has no position yet: not noted.
+    assert consumer.positions_at_fetch_start() == (4, {watched: 57})  # type: ignore[attr-defined]
+    consumer.watch_positions(set())  # type: ignore[attr-defined]
+    assert consumer.positions_at_fetch_start() == (-1, {})  # type: ignore[attr-defined]
