@@ -37,7 +37,7 @@ Faust. Faust names relied on (faust-streaming 0.15.3), each where it is used:
 ``faust.Topic.__init__`` setting the instance attribute ``decode``, the conductor calling
 ``decode(message, propagate=True)``, ``Agent.fun`` (called on each actor start), ``Stream``'s
 ``current_event`` and ``get_active_stream``, ``Message.incref``/``ack``, and
-``TransactionManager.transactional_id_format`` with ``TopicPartitionGroup``.
+``Topic.send_soon`` and ``publish_message`` (see `Topic`).
 """
 
 from __future__ import annotations
@@ -59,8 +59,7 @@ from faust.exceptions import (
     ProducerSendError,
     ValueDecodeError,
 )
-from faust.transport.consumer import TopicPartitionGroup, TransactionManager
-from faust.types import AppT, EventT, Message, StreamT, TopicT
+from faust.types import AppT, EventT, FutureMessage, Message, RecordMetadata, StreamT, TopicT
 from faust.types.agents import AgentFun
 
 from streamapp.changelog_records import (
@@ -69,6 +68,7 @@ from streamapp.changelog_records import (
     counted_already,
     skips_undecodable,
 )
+from streamapp.faust_compat import sends
 
 logger = logging.getLogger(__name__)
 
@@ -348,28 +348,11 @@ class BadRecords:
                 await topic.maybe_declare()
                 self._dead_letter_topic = topic
             headers = dead_letter_headers(record, message.headers)
-            if app.in_transaction:
-                # In the transaction of the record's own partition, the one that commits its
-                # offset (Faust's TransactionManager picks one by the destination partition,
-                # which for this topic belongs to no task). Faust names the transactional
-                # producers with TransactionManager.transactional_id_format.
-                group = app.assignor.group_for_topic(message.topic)
-                transactional_id = TransactionManager.transactional_id_format.format(
-                    group_id=app.conf.id,
-                    tpg=TopicPartitionGroup(message.topic, message.partition, group),
-                )
-                pending = await app.producer.send(
-                    name,
-                    message.key,
-                    message.value,
-                    None,
-                    None,
-                    headers,
-                    transactional_id=transactional_id,
-                )
-            else:
-                producer = await app.maybe_start_producer()
-                pending = await producer.send(name, message.key, message.value, None, None, headers)
+            # Under exactly_once in the transaction of the record's own partition, the one that
+            # commits its offset.
+            pending = await sends.send_for_source(
+                app, message.tp, name, message.key, message.value, headers=headers
+            )
             # Delivered before the record is acked: a commit never covers a record whose dead
             # letter could still fail (Faust's commit flushes the producer, but ignores errors).
             await pending
@@ -392,7 +375,9 @@ def bad_records_of(app: AppT) -> BadRecords | None:
 
 
 class Topic(faust.Topic):
-    """Faust's topic; a record whose key or value does not decode meets the bad-record policy.
+    """Faust's topic; a record whose key or value does not decode meets the bad-record policy,
+    and under exactly_once a message ``send_soon`` buffers while an agent processes a record is
+    published in that record's transaction, as ``send`` is (`streamapp.faust_compat.sends`).
 
     `streamapp.App` makes it the app's ``Topic`` class (a Faust setting).
     """
@@ -443,6 +428,18 @@ class Topic(faust.Topic):
                 return None
 
         return guarded
+
+    def send_soon(self, *args: Any, **kwargs: Any) -> FutureMessage:
+        fut = super().send_soon(*args, **kwargs)
+        if self.app.in_transaction:
+            sends.note_source(fut)
+        return fut
+
+    async def publish_message(
+        self, fut: FutureMessage, wait: bool = False
+    ) -> Awaitable[RecordMetadata]:
+        with sends.publishing_for(fut):
+            return await super().publish_message(fut, wait=wait)
 
     async def on_key_decode_error(self, exc: Exception, message: Message) -> None:
         # Faust's throws the error into the agent's stream; unless the policy is fail, the

@@ -11,7 +11,8 @@ requests of a static member (`static_membership`); Faust's table writes, encoded
 (`encode_once`); the expiry heap of its windowed tables, rebuilt after a recovery
 (`window_expiry`); its rebalance handlers, made incremental under the cooperative protocol
 (`incremental`); its fetch loop's hand-out of each record, without a task per record
-(`eager_hand_out`).
+(`eager_hand_out`); its exactly_once sends, in the transaction of the record they are made
+for (`sends`).
 Every private name those rely on is listed in `PRIVATE_NAMES` below, and nowhere else in
 streamapp is one named (a unit test reads every module for them).
 
@@ -116,7 +117,9 @@ PRIVATE_NAMES: dict[str, tuple[str, ...]] = {
         "_topic_groups",
         "_url",
     ),
-    "faust.transport.consumer:TransactionManager": ("_tps_to_transactional_ids",),
+    "faust.transport.consumer:TransactionManager": (
+        "_tps_to_transactional_ids",  # sends: the transaction of a source partition
+    ),
     "faust.stores.rocksdb:Store": ("_dbs", "_key_index"),
     "faust.stores.base:SerializedStore": (
         "_encode_key",  # encode_once: one encoding per key and value a write needs

@@ -10,7 +10,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from faust.assignor.client_assignment import ClientAssignment
-from faust.types import TP
 
 
 def group_coordinator(app: Any) -> Any | None:
@@ -43,15 +42,6 @@ async def refresh_metadata(consumer: Any) -> None:
     """Fresh cluster metadata for an AIOKafkaConsumer (``AIOKafkaConsumer._client``): a topic
     created a moment ago may not be in its cached view yet."""
     await consumer._client.force_metadata_update()
-
-
-def transactional_id(app: Any, tp: TP) -> str:
-    """The transactional id Faust's exactly_once producer uses for the records of ``tp``
-    (``TransactionManager._tps_to_transactional_ids``): output sent under it is committed
-    with ``tp``'s offsets."""
-    ids = app.consumer.transactions._tps_to_transactional_ids({tp})
-    (found,) = ids
-    return str(found)
 
 
 def install_assignment(

@@ -132,7 +132,7 @@ from faust.types import TP, Message
 from faust.types.transports import TPorTopicSet
 from mode.services import WaitResults
 
-from streamapp.faust_compat import incremental, static_membership
+from streamapp.faust_compat import incremental, sends, static_membership
 from streamapp.faust_compat.eager_hand_out import AHEAD_LIMIT, eager_wait_first, is_coroutine_of
 from streamapp.hand_out import HandOutLedger
 
@@ -833,3 +833,4 @@ class Consumer(faust_aiokafka.Consumer):
 
 class Transport(faust_aiokafka.Transport):
     Consumer = Consumer
+    TransactionManager = sends.TransactionManager

@@ -14,7 +14,7 @@ from typing import Any
 
 from faust.types import TP, AppT, TopicT
 
-from streamapp.faust_compat import access
+from streamapp.faust_compat import sends
 
 Headers = Sequence[tuple[str, bytes]]
 
@@ -73,20 +73,12 @@ async def send_raw(
     """Send bytes on behalf of the source record ``source`` (a Faust message).
 
     Returns the delivery future. Under exactly_once the send joins the transaction of the
-    source's task, as Kafka Streams does it: Faust would pick a transaction by the
-    *destination* partition, which exists only for outputs partitioned like the input.
+    source's task, as Kafka Streams does it (`streamapp.faust_compat.sends`, which sends an
+    agent's ``Topic.send`` the same way).
     """
-    hdrs = list(headers) if headers else None
-    if app.in_transaction:
-        transactional_id = access.transactional_id(app, TP(source.topic, source.partition))
-        producer = app.consumer.transactions.producer
-        sent: Awaitable[Any] = await producer.send(
-            topic, key, value, None, None, hdrs, transactional_id=transactional_id
-        )
-        return sent
-    producer = await app.maybe_start_producer()
-    sent = await producer.send(topic, key, value, None, None, hdrs)
-    return sent
+    return await sends.send_for_source(
+        app, TP(source.topic, source.partition), topic, key, value, headers=headers or None
+    )
 
 
 async def dead_letter_late(

@@ -42,8 +42,8 @@ async def count_events(stream: Any) -> None:
     async for event in stream.events():
         key = event.key
         counts[key] += 1
-        # In the transaction of the event's partition, as streamapp's joins send (a plain
-        # `output.send` is not part of Faust's exactly_once transactions: docs/joins.md).
+        # In the transaction of the event's partition, as streamapp's joins send (so would a
+        # plain `output.send`: docs/concepts.md, "Exactly once: what an agent sends").
         await send_raw(app, event.message, OUTPUT, key.encode(), str(counts[key]).encode())
 
 
