@@ -171,8 +171,20 @@ def lag(scenario: Scenario, group: dict[str, Any], member_id: str, p: int) -> in
 
 
 def previously_owned(scenario: Scenario, group: dict[str, Any], member_id: str, p: int) -> bool:
-    owned = scenario["members"][member_id].get("owned_active", {})
-    return any(p in owned.get(t, ()) for t in group["topics"])
+    """Whether ``member_id`` held task ``p`` of ``group`` active before. When several members
+    claimed parts of it (a previous assignment that did not co-partition), the one claiming most
+    of its topics held it, then the highest generation, then the first member: a member that ran
+    a task's source partition but not its changelog's is not its owner, and has no state."""
+    topics = set(group["topics"])
+    ranks: dict[str, tuple[int, int, int]] = {}
+    for index, (mid, member) in enumerate(scenario["members"].items()):
+        if not topics <= set(member.get("subscription", ())):
+            continue  # claims of a member that cannot keep the task are ignored
+        owned = member.get("owned_active", {})
+        claimed = sum(1 for t in topics if p in owned.get(t, ()))
+        if claimed:
+            ranks[mid] = (-claimed, -member.get("generation", -1), index)
+    return bool(ranks) and min(ranks, key=ranks.__getitem__) == member_id
 
 
 def caught_up(scenario: Scenario, group: dict[str, Any], member_id: str, p: int) -> bool:
