@@ -6,6 +6,7 @@ import asyncio
 from typing import Any
 
 from standby.runtime import ReplicaRuntime
+from streamapp.faust_compat import access
 from streamapp.web import register_views
 
 #: ``PartitionAssignor`` setting of a streamapp.App.
@@ -45,6 +46,7 @@ def install(app: Any) -> None:
             app_bootstrap(app),
             declared_topics(app).tables,
             app.conf.topic_replication_factor,
+            on_right_again=lambda _topic: access.refresh_worker_metadata(app),
         )
         while True:
             await asyncio.sleep(CHECK_INTERVAL_S)

@@ -17,7 +17,7 @@ creates one); a failed read is skipped, as the next one may succeed.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from streamapp.topic_check import TableTopic, TopicCheckError, read_partition_counts
@@ -73,10 +73,20 @@ def describe_wrong(state: ChangelogState, *, create_hint: str) -> str:
 class ChangelogWatch:
     """Reads the changelogs' partition counts and logs each change of their state once."""
 
-    def __init__(self, bootstrap: str, tables: Sequence[TableTopic], replication: int) -> None:
+    def __init__(
+        self,
+        bootstrap: str,
+        tables: Sequence[TableTopic],
+        replication: int,
+        *,
+        on_right_again: Callable[[str], None] | None = None,
+    ) -> None:
         self.bootstrap = bootstrap
         self.tables = list(tables)
         self.replication = replication
+        #: Called with a changelog's name once it is right again (the worker refreshes its
+        #: consumer's metadata, so the group plans with the topic's partitions again).
+        self.on_right_again = on_right_again
         #: changelog -> the wrong partition count last reported (None: missing).
         self.reported: dict[str, int | None] = {}
 
@@ -114,3 +124,5 @@ class ChangelogWatch:
                     state.table.table,
                     state.table.partitions,
                 )
+                if self.on_right_again is not None:
+                    self.on_right_again(topic)

@@ -32,6 +32,19 @@ def request_rejoin(app: Any) -> None:
     thread.thread_loop.call_soon_threadsafe(coordinator.request_rejoin)
 
 
+def refresh_worker_metadata(app: Any) -> None:
+    """Ask the app's worker consumer, on its consumer thread, for fresh cluster metadata
+    (Faust's ``Consumer._thread``, its ``_consumer`` and aiokafka's ``AIOKafkaConsumer._client``).
+
+    Its view of a topic deleted and created again is not refreshed before its metadata max age
+    (minutes) unless one of its own requests fails on the topic; offsets are asked on a
+    connection of their own (transport fix 14), so none does. Fresh metadata lets aiokafka see
+    the topic's partitions again and rejoin the group, and a leader plan with them."""
+    thread = app.consumer._thread
+    client = thread._consumer._client
+    thread.thread_loop.call_soon_threadsafe(client.force_metadata_update)
+
+
 def consumer_if_created(app: Any) -> Any | None:
     """The app's consumer if Faust created it, without creating one (``App._consumer``)."""
     consumer: Any = app._consumer
