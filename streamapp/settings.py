@@ -69,26 +69,21 @@ class StreamappSettings:
     # cooperative saves the revocation of kept partitions only (issue 15 makes it incremental).
     rebalance_protocol: RebalanceProtocol = RebalanceProtocol.EAGER
 
+    def _as_enum(self, name: str, kind: type[StrEnum]) -> None:
+        """Setting ``name`` as a member of ``kind``, given a member or its name."""
+        value = getattr(self, name)
+        if isinstance(value, kind):
+            return
+        try:
+            member = kind(value)
+        except ValueError:
+            raise SettingsError(f"{name} must be one of {', '.join(kind)}, got {value!r}") from None
+        object.__setattr__(self, name, member)
+
     def __post_init__(self) -> None:
-        if not isinstance(self.rebalance_protocol, RebalanceProtocol):
-            try:
-                protocol = RebalanceProtocol(self.rebalance_protocol)
-            except ValueError:
-                raise SettingsError(
-                    f"rebalance_protocol must be one of {', '.join(RebalanceProtocol)}, "
-                    f"got {self.rebalance_protocol!r}"
-                ) from None
-            object.__setattr__(self, "rebalance_protocol", protocol)
-        if not isinstance(self.bad_record_policy, BadRecordPolicy):
-            # `App(bad_record_policy="dead-letter")` passes the name.
-            try:
-                policy = BadRecordPolicy(self.bad_record_policy)
-            except ValueError:
-                raise SettingsError(
-                    f"bad_record_policy must be one of {', '.join(BadRecordPolicy)}, "
-                    f"got {self.bad_record_policy!r}"
-                ) from None
-            object.__setattr__(self, "bad_record_policy", policy)
+        # `App(bad_record_policy="dead-letter")` and the like pass the name.
+        self._as_enum("rebalance_protocol", RebalanceProtocol)
+        self._as_enum("bad_record_policy", BadRecordPolicy)
         if self.dead_letter_topic is not None and not self.dead_letter_topic.strip():
             raise SettingsError("dead_letter_topic must not be empty")
         if self.capacity < 1:
