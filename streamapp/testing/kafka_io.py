@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterable, Mapping
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import TopicAlreadyExistsError
 
@@ -91,3 +91,30 @@ async def end_offsets(bootstrap: str, topics: Iterable[str]) -> dict[TopicPartit
 async def partition_ends(bootstrap: str, topic: str) -> dict[int, int]:
     """Partition -> end offset, for one topic."""
     return {tp.partition: end for tp, end in (await end_offsets(bootstrap, [topic])).items()}
+
+
+async def committed_records(bootstrap: str, topic: str, partitions: int) -> list[ConsumerRecord]:
+    """Every committed record of ``topic`` (read_committed), up to each partition's last stable
+    offset as it is when the read begins: what an exactly_once output holds at that moment."""
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap,
+        isolation_level="read_committed",
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+    )
+    await consumer.start()
+    out: list[ConsumerRecord] = []
+    try:
+        tps = [TopicPartition(topic, p) for p in range(partitions)]
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        ends = await consumer.end_offsets(tps)  # the LSO, read_committed
+        while [tp for tp, end in ends.items() if await consumer.position(tp) < end]:
+            batch = await consumer.getmany(*tps, timeout_ms=1000)
+            for records in batch.values():
+                out.extend(
+                    r for r in records if r.offset < ends[TopicPartition(r.topic, r.partition)]
+                )
+    finally:
+        await consumer.stop()
+    return out

@@ -17,9 +17,7 @@ import time
 from collections import Counter, defaultdict
 from pathlib import Path
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
-
-from streamapp.testing.kafka_io import create_topics, produce
+from streamapp.testing.kafka_io import committed_records, create_topics, produce
 from streamapp.testing.worker import WorkerProcess
 
 from .apps.eager_counter import PARTITIONS
@@ -36,27 +34,9 @@ def key_of(seq: int) -> str:
 
 async def committed_output(bootstrap: str, topic: str) -> dict[str, list[int]]:
     """Every committed record of ``topic``, up to its last stable offsets: key -> values."""
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap,
-        isolation_level="read_committed",
-        enable_auto_commit=False,
-        auto_offset_reset="earliest",
-    )
-    await consumer.start()
     out: dict[str, list[int]] = defaultdict(list)
-    try:
-        tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
-        consumer.assign(tps)
-        await consumer.seek_to_beginning(*tps)
-        ends = await consumer.end_offsets(tps)  # the LSO, read_committed
-        while [tp for tp, end in ends.items() if await consumer.position(tp) < end]:
-            batch = await consumer.getmany(*tps, timeout_ms=1000)
-            for records in batch.values():
-                for record in records:
-                    if record.offset < ends[TopicPartition(record.topic, record.partition)]:
-                        out[record.key.decode()].append(int(record.value))
-    finally:
-        await consumer.stop()
+    for record in await committed_records(bootstrap, topic, PARTITIONS):
+        out[record.key.decode()].append(int(record.value))
     return out
 
 

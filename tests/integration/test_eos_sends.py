@@ -16,9 +16,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
-
-from streamapp.testing.kafka_io import create_topics, produce
+from streamapp.testing.kafka_io import committed_records, create_topics, produce
 from streamapp.testing.worker import WorkerProcess
 
 from .apps.eos_sends import PARTITIONS
@@ -36,28 +34,7 @@ def key_of(seq: int) -> str:
 
 async def committed_values(bootstrap: str, topic: str) -> Counter[int]:
     """How many times each value is in ``topic``'s committed records, up to its LSO."""
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap,
-        isolation_level="read_committed",
-        enable_auto_commit=False,
-        auto_offset_reset="earliest",
-    )
-    await consumer.start()
-    seen: Counter[int] = Counter()
-    try:
-        tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
-        consumer.assign(tps)
-        await consumer.seek_to_beginning(*tps)
-        ends = await consumer.end_offsets(tps)  # the LSO, read_committed
-        while [tp for tp, end in ends.items() if await consumer.position(tp) < end]:
-            batch = await consumer.getmany(*tps, timeout_ms=1000)
-            for records in batch.values():
-                for record in records:
-                    if record.offset < ends[TopicPartition(record.topic, record.partition)]:
-                        seen[int(record.value)] += 1
-    finally:
-        await consumer.stop()
-    return seen
+    return Counter(int(r.value) for r in await committed_records(bootstrap, topic, PARTITIONS))
 
 
 def test_plain_sends_are_exactly_once_through_a_sigkill(
