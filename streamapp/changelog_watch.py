@@ -20,7 +20,14 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from streamapp.topic_check import TableTopic, TopicCheckError, read_partition_counts
+from faust.types import AppT
+
+from streamapp.topic_check import (
+    TableTopic,
+    TopicCheckError,
+    declared_topics,
+    read_partition_counts,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -28,6 +35,11 @@ logger = logging.getLogger(__name__)
 #: table at once; a few seconds to say why is soon enough, and a metadata request that rare
 #: costs the broker nothing.
 CHECK_INTERVAL_S = 5.0
+
+
+def watched_changelogs(app: AppT) -> frozenset[str]:
+    """The changelogs a worker of ``app`` watches: those of its tables (not global ones)."""
+    return frozenset(t.changelog for t in declared_topics(app).tables)
 
 
 @dataclass(frozen=True)

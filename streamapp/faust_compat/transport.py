@@ -88,9 +88,11 @@
     connection at a time, and Faust's fetches wait up to 1.5 s for records (its
     ``fetch_max_wait_ms``), so each ListOffsets of a recovery (the actives' ends and starts,
     the standbys' ends and starts) queued behind an idle fetch: about 6 s of a 9 s resume after
-    an exactly_once crash. Delete when Faust asks offsets on a connection of their own, or
-    aiokafka does. Test: tests/unit/streamapp/faust_compat/test_transport.py;
-    tests/integration/test_recovery_end.py.
+    an exactly_once crash. A topic the reader finds unknown is said once, not at each of
+    aiokafka's retries (`streamapp.faust_compat.unknown_topics`). Delete when Faust asks
+    offsets on a connection of their own, or aiokafka does. Test:
+    tests/unit/streamapp/faust_compat/test_transport.py, test_unknown_topics.py;
+    tests/integration/test_recovery_end.py, test_changelog_deleted.py.
 
 15. The fetch loop hands a record to the streams without a task per record, when the hand-out
     has nothing to wait for (``Consumer.wait_first``; see
@@ -121,7 +123,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Collection, Iterable, Mapping
 from contextvars import ContextVar
 from typing import Any
 
@@ -132,7 +134,7 @@ from faust.types import TP, Message
 from faust.types.transports import TPorTopicSet
 from mode.services import WaitResults
 
-from streamapp.faust_compat import incremental, sends, static_membership
+from streamapp.faust_compat import incremental, sends, static_membership, unknown_topics
 from streamapp.faust_compat.eager_hand_out import AHEAD_LIMIT, eager_wait_first, is_coroutine_of
 from streamapp.hand_out import HandOutLedger
 
@@ -168,7 +170,7 @@ def offsets_reader(app: Any, transport: Any, *, read_committed: bool) -> aiokafk
     """A consumer in no group, for ListOffsets only: the worker consumer's broker, credentials
     and isolation level (the last stable offset is an end under read_committed)."""
     conf = app.conf
-    return aiokafka.AIOKafkaConsumer(
+    reader = aiokafka.AIOKafkaConsumer(
         client_id=conf.broker_client_id,
         bootstrap_servers=faust_aiokafka.server_list(transport.url, transport.default_port),
         request_timeout_ms=int(conf.broker_request_timeout * 1000.0),
@@ -178,6 +180,8 @@ def offsets_reader(app: Any, transport: Any, *, read_committed: bool) -> aiokafk
         connections_max_idle_ms=conf.consumer_connections_max_idle_ms,
         **faust_aiokafka.credentials_to_aiokafka_auth(conf.broker_credentials, conf.ssl_context),
     )
+    unknown_topics.quiet_metadata(reader)
+    return reader
 
 
 class ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
@@ -185,6 +189,8 @@ class ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
     #: in the consumer thread.
     _offsets_reader: aiokafka.AIOKafkaConsumer | None = None
     _offsets_reader_started: bool = False
+    #: Says each topic the offsets reader finds unknown once (`unknown_topics`); made with it.
+    _topic_check: unknown_topics.TopicCheck | None = None
     #: Faust's fetch max wait, which a recovery shortens (fix 16).
     _idle_fetch_max_wait_ms: int | None = None
     #: Partitions whose positions are noted as each fetch begins (fix 17).
@@ -196,6 +202,9 @@ class ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
         consumer = super()._create_worker_consumer(transport)
         self._offsets_reader = offsets_reader(
             self.app, transport, read_committed=bool(self.consumer.in_transaction)
+        )
+        self._topic_check = unknown_topics.TopicCheck(
+            unknown_topics.UnknownTopics(reported_elsewhere=self._watched_changelog)
         )
         if self._assignor is not self.app.assignor:
             self._assignor = self.app.assignor
@@ -354,9 +363,16 @@ class ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
                 start,
             )
 
-    async def _offsets_client(self) -> aiokafka.AIOKafkaConsumer:
-        """The consumer to ask offsets of (in the consumer thread): the offsets reader, else
-        (not made, or it did not start) the worker consumer, as Faust did."""
+    def _watched_changelog(self, topic: str) -> bool:
+        # The changelog watch says a missing changelog of a table in one line of its own.
+        from streamapp.changelog_watch import watched_changelogs
+
+        return topic in watched_changelogs(self.app)
+
+    async def _offsets_client(self, partitions: Collection[TP]) -> aiokafka.AIOKafkaConsumer:
+        """The consumer to ask offsets of ``partitions`` (in the consumer thread): the
+        offsets reader, else (not made, or it did not start) the worker consumer, as Faust
+        did."""
         reader = self._offsets_reader
         if reader is None:
             return self._ensure_consumer()
@@ -372,11 +388,13 @@ class ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
                 self._offsets_reader = None
                 return self._ensure_consumer()
             self._offsets_reader_started = True
+        if self._topic_check is not None:
+            await self._topic_check.before_asking(reader, partitions)
         return reader
 
     async def _highwaters(self, partitions: list[TP]) -> Mapping[TP, int]:
         # end_offsets honours the consumer's isolation level: the LSO under read_committed.
-        ends = await (await self._offsets_client()).end_offsets(partitions)
+        ends = await (await self._offsets_client(partitions)).end_offsets(partitions)
         return {TP(tp.topic, tp.partition): offset for tp, offset in ends.items()}
 
     async def earliest_offsets(self, *partitions: TP) -> Mapping[TP, int]:
@@ -384,7 +402,8 @@ class ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
         return starts
 
     async def _earliest_offsets(self, partitions: Iterable[TP]) -> Mapping[TP, int]:
-        starts = await (await self._offsets_client()).beginning_offsets(list(partitions))
+        tps = list(partitions)
+        starts = await (await self._offsets_client(tps)).beginning_offsets(tps)
         return {TP(tp.topic, tp.partition): offset for tp, offset in starts.items()}
 
     async def on_thread_stop(self) -> None:
