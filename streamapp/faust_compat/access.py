@@ -39,7 +39,9 @@ def refresh_worker_metadata(app: Any) -> None:
     Its view of a topic deleted and created again is not refreshed before its metadata max age
     (minutes) unless one of its own requests fails on the topic; offsets are asked on a
     connection of their own (transport fix 14), so none does. Fresh metadata lets aiokafka see
-    the topic's partitions again and rejoin the group, and a leader plan with them."""
+    the topic's partitions again and rejoin the group, and a leader plan with them. Asked as
+    the offsets reader finds a topic unknown or back (`unknown_topics`), and by the changelog
+    watch as a changelog is right again. Safe from any thread."""
     thread = app.consumer._thread
     client = thread._consumer._client
     thread.thread_loop.call_soon_threadsafe(client.force_metadata_update)

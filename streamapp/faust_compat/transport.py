@@ -89,8 +89,9 @@
     ``fetch_max_wait_ms``), so each ListOffsets of a recovery (the actives' ends and starts,
     the standbys' ends and starts) queued behind an idle fetch: about 6 s of a 9 s resume after
     an exactly_once crash. A topic the reader finds unknown is said once, not at each of
-    aiokafka's retries (`streamapp.faust_compat.unknown_topics`). Delete when Faust asks
-    offsets on a connection of their own, or aiokafka does. Test:
+    aiokafka's retries, and the worker consumer's metadata is refreshed as it goes and comes
+    back (`streamapp.faust_compat.unknown_topics`). Delete when Faust asks offsets on a
+    connection of their own, or aiokafka does. Test:
     tests/unit/streamapp/faust_compat/test_transport.py, test_unknown_topics.py;
     tests/integration/test_recovery_end.py, test_changelog_deleted.py.
 
@@ -134,7 +135,7 @@ from faust.types import TP, Message
 from faust.types.transports import TPorTopicSet
 from mode.services import WaitResults
 
-from streamapp.faust_compat import incremental, sends, static_membership, unknown_topics
+from streamapp.faust_compat import access, incremental, sends, static_membership, unknown_topics
 from streamapp.faust_compat.eager_hand_out import AHEAD_LIMIT, eager_wait_first, is_coroutine_of
 from streamapp.hand_out import HandOutLedger
 
@@ -204,7 +205,8 @@ class ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
             self.app, transport, read_committed=bool(self.consumer.in_transaction)
         )
         self._topic_check = unknown_topics.TopicCheck(
-            unknown_topics.UnknownTopics(reported_elsewhere=self._watched_changelog)
+            unknown_topics.UnknownTopics(reported_elsewhere=self._watched_changelog),
+            refresh_worker_metadata=lambda: access.refresh_worker_metadata(self.app),
         )
         if self._assignor is not self.app.assignor:
             self._assignor = self.app.assignor

@@ -1,5 +1,5 @@
-"""Topics the offsets reader (transport fix 14) finds unknown: said once, then quiet until the
-topic is back.
+"""Topics the offsets reader (transport fix 14) finds unknown: said once, and the worker
+consumer's metadata refreshed, then quiet until the topic is back.
 
 aiokafka's ListOffsets retries a partition it knows no leader for every ``retry_backoff_ms``
 (100 ms), asking the cluster's metadata of its topic each time, and every answer without the
@@ -7,7 +7,12 @@ topic logged ERROR "Topic ... not found in cluster metadata": about ten lines a 
 long as a changelog was deleted. The reader's metadata now leaves an unknown topic out without
 a line (`quiet_metadata`), and `UnknownTopics` says each one once.
 
-Delete with fix 14.
+Before fix 14 the worker consumer asked offsets itself, and each of those retries refreshed its
+metadata as a side effect, so it saw a topic deleted or created again at once and rejoined the
+group. The reader's retries refresh only its own; so as the reader finds a topic unknown, and
+as it finds it back, the worker consumer's metadata is refreshed too (`TopicCheck`), for every
+topic it is asked about. Not on every retry: the worker consumer's own metadata names each
+topic it subscribes to, and says at ERROR each time that one is missing. Delete with fix 14.
 Tests: tests/unit/streamapp/faust_compat/test_unknown_topics.py;
 tests/integration/test_changelog_deleted.py.
 """
@@ -89,11 +94,15 @@ def quiet_metadata(reader: Any) -> None:
 class TopicCheck:
     """Run before each offsets request of the reader, in the consumer thread."""
 
-    def __init__(self, unknown_topics: UnknownTopics) -> None:
+    def __init__(
+        self, unknown_topics: UnknownTopics, refresh_worker_metadata: Callable[[], None]
+    ) -> None:
         self.unknown_topics = unknown_topics
+        self.refresh_worker_metadata = refresh_worker_metadata
 
     async def before_asking(self, reader: Any, partitions: Collection[TP]) -> None:
-        """Fresh reader metadata where a topic asked is unknown (or was); say what changed.
+        """Fresh reader metadata where a topic asked is unknown (or was); say what changed,
+        and refresh the worker consumer's metadata as a topic goes unknown and as it is back.
 
         aiokafka's ListOffsets then waits, quietly, for a topic still unknown as it did before.
         """
@@ -105,4 +114,6 @@ class TopicCheck:
                 client.add_topic(topic)  # the reader asks metadata of the topics it tracks
             await client.force_metadata_update()
             unknown = unknown_among(client.cluster, partitions)
-        self.unknown_topics.observe(asked, unknown)
+        change = self.unknown_topics.observe(asked, unknown)
+        if change.gone or change.back:
+            self.refresh_worker_metadata()

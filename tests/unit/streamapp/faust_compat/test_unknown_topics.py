@@ -1,5 +1,5 @@
-"""Topics the offsets reader finds unknown: said once, and the reader's metadata quiet about
-them (no broker)."""
+"""Topics the offsets reader finds unknown: said once, the worker consumer's metadata refreshed
+as one goes and comes back, and the reader's metadata quiet about them (no broker)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from aiokafka.protocol.metadata import MetadataResponse_v1
 from faust.types import TP
 
 from streamapp.faust_compat.unknown_topics import (
+    TopicCheck,
     UnknownTopics,
     quiet_metadata,
     unknown_among,
@@ -103,3 +104,32 @@ class FakeClient:
         known = {t: n for t, n in self.broker.items() if t in self.tracked}
         self.cluster.update_metadata(metadata(known, tuple(self.tracked - set(self.broker))))
         return True
+
+
+async def test_the_worker_metadata_is_refreshed_as_a_topic_goes_and_as_it_is_back() -> None:
+    client = FakeClient({"t": 2})
+
+    class Reader:
+        _client = client
+
+    refreshed: list[int] = []
+    check = TopicCheck(UnknownTopics(lambda _t: False), lambda: refreshed.append(client.updates))
+    asked = [TP("t", 0), TP("t", 1)]
+    await check.before_asking(Reader, asked)  # not in the reader's metadata yet: asked for
+    assert client.updates == 1 and refreshed == []
+    await check.before_asking(Reader, asked)  # known: no metadata asked
+    assert client.updates == 1 and refreshed == []
+
+    del client.broker["t"]
+    client.cluster.update_metadata(metadata({}, ("t",)))  # the reader learns it is gone
+    await check.before_asking(Reader, asked)
+    assert refreshed == [2]  # as it goes
+    await check.before_asking(Reader, asked)
+    await check.before_asking(Reader, asked)
+    assert refreshed == [2] and client.updates == 4  # still gone: asked again, quietly
+
+    client.broker["t"] = 2
+    await check.before_asking(Reader, asked)
+    assert refreshed == [2, 5]  # as it is back
+    await check.before_asking(Reader, asked)
+    assert refreshed == [2, 5] and client.updates == 5
