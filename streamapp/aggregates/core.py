@@ -13,7 +13,8 @@ What the store holds, per partition ``p`` (every value JSON-friendly):
 * ``~p/<p>``: ``[clock, seen, late]``: the highest event time seen, the highest source offset
   handled (folded or counted late), and how many late records there were. One write per record;
 * ``~live/<p>`` and ``~w/<p>/<start>``: the expiry index, the starts of the windows still held
-  and, per start, the keys that hold one, so a sweep reads only what has closed.
+  and, per start, the keys that hold one, so a sweep reads only what has closed
+  (`streamapp.slot_index`, shared with the joins).
 
 Everything expiry needs is in the store, so it is in the changelog and in RocksDB, and comes
 back with them after a restart or a move: nothing is kept in memory that a recovery would have
@@ -34,10 +35,11 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, MutableMapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from streamapp.aggregates.window import Windows
+from streamapp.slot_index import PlannedSweep, SlotIndex
 
 __all__ = [
     "AggregateProcessor",
@@ -77,32 +79,18 @@ class ClosedWindow(Generic[A]):
 
 
 @dataclass
-class Expiry(Generic[A]):
+class Expiry(PlannedSweep, Generic[A]):
     """What a sweep found; nothing is changed until `apply` (after the results are sent)."""
 
     closed: tuple[ClosedWindow[A], ...] = ()
-    _steps: list[Callable[[], None]] = field(default_factory=list)
-
-    @property
-    def empty(self) -> bool:
-        return not self._steps
-
-    def apply(self) -> None:
-        for step in self._steps:
-            step()
-        self._steps.clear()
 
 
 def _part_key(p: int) -> str:
     return f"~p/{p}"
 
 
-def _live_key(p: int) -> str:
-    return f"~live/{p}"
-
-
-def _start_key(p: int, start: int) -> str:
-    return f"~w/{p}/{start}"
+#: The expiry index: one slot a window start.
+INDEX = SlotIndex("~w")
 
 
 class AggregateProcessor(Generic[A]):
@@ -151,7 +139,7 @@ class AggregateProcessor(Generic[A]):
         return {int(start): acc for start, (acc, _offset) in sorted(held.items(), key=_by_start)}
 
     def held_starts(self, partition: int) -> list[int]:
-        return list(self.store.get(_live_key(partition)) or [])
+        return INDEX.live(self.store, partition)
 
     # -- one record --
 
@@ -186,17 +174,7 @@ class AggregateProcessor(Generic[A]):
     # -- expiry --
 
     def _index(self, partition: int, key: str, start: int) -> None:
-        # A list of keys per start: one write per key entering a window. Enough for thousands
-        # of keys per window and partition; the sweep reads one entry per closed start.
-        start_key = _start_key(partition, start)
-        listed = self.store.get(start_key)
-        if listed is None:
-            live = self.held_starts(partition)
-            if start not in live:
-                self.store[_live_key(partition)] = sorted([*live, start])
-            self.store[start_key] = [key]
-        elif key not in listed:
-            self.store[start_key] = [*listed, key]
+        INDEX.add(self.store, partition, start, key)
         if partition in self._sweep_at:
             at = self._sweep_at[partition]
             due = self.windows.closes_at(start)
@@ -224,7 +202,7 @@ class AggregateProcessor(Generic[A]):
         closed: list[ClosedWindow[A]] = []
         updates: dict[str, dict[str, list[Any]]] = {}
         for start in due:
-            for key in self.store.get(_start_key(partition, start)) or ():
+            for key in INDEX.keys(self.store, partition, start):
                 held = updates.get(key)
                 if held is None:
                     held = dict(self.store.get(KEY_PREFIX + key) or {})
@@ -242,15 +220,11 @@ class AggregateProcessor(Generic[A]):
                     self.store[KEY_PREFIX + key] = held
                 elif KEY_PREFIX + key in self.store:
                     del self.store[KEY_PREFIX + key]
-            for start in due:
-                start_key = _start_key(partition, start)
-                if start_key in self.store:
-                    del self.store[start_key]
-            self.store[_live_key(partition)] = rest
+            INDEX.drop(self.store, partition, due, rest)
             self._sweep_at[partition] = self.windows.closes_at(rest[0]) if rest else None
 
         expiry.closed = tuple(closed)
-        expiry._steps.append(apply)
+        expiry.then(apply)
         return expiry
 
 

@@ -12,7 +12,8 @@ What one side's store holds, per partition ``p`` (every value JSON-friendly):
 * ``~seen/<p>``: the highest source offset processed, which tells a replay from a new record;
 * ``~late/<p>``: how many late records the side had;
 * ``~live/<p>`` and ``~b/<p>/<bucket>``: the expiry index, keys listed by the time bucket in
-  which their records expire, so a sweep reads only what has expired (see `ExpiryIndex`).
+  which their records expire, so a sweep reads only what has expired (see `ExpiryIndex`,
+  `streamapp.slot_index`).
 
 Partition numbers are part of the bookkeeping keys: a Faust table looks a key that is missing
 in the current partition up in the others.
@@ -29,11 +30,12 @@ and `Expiry.apply`): either way its output is out already, and it is skipped.
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Iterable, MutableMapping
-from dataclasses import dataclass, field, replace
+from collections.abc import Iterable, MutableMapping
+from dataclasses import dataclass, replace
 from typing import Any
 
 from streamapp.joins.window import JoinKind, JoinWindow, Side
+from streamapp.slot_index import PlannedSweep, SlotIndex
 
 __all__ = [
     "Arrival",
@@ -137,20 +139,10 @@ class ExpiryIndex:
 
 
 @dataclass
-class Expiry:
+class Expiry(PlannedSweep):
     """What a sweep found; nothing is changed until `apply` (after the unmatched are sent)."""
 
     unmatched: tuple[Pair, ...] = ()
-    _steps: list[Callable[[], None]] = field(default_factory=list)
-
-    @property
-    def empty(self) -> bool:
-        return not self._steps
-
-    def apply(self) -> None:
-        for step in self._steps:
-            step()
-        self._steps.clear()
 
 
 def _clock_key(p: int) -> str:
@@ -165,12 +157,8 @@ def _late_key(p: int) -> str:
     return f"~late/{p}"
 
 
-def _live_key(p: int) -> str:
-    return f"~live/{p}"
-
-
-def _bucket_key(p: int, bucket: int) -> str:
-    return f"~b/{p}/{bucket}"
+#: Where a side's store lists its keys by bucket of expiry (the buckets are `ExpiryIndex`'s).
+BUCKETS = SlotIndex("~b")
 
 
 def _entries(store: Store, key: str) -> list[Entry]:
@@ -295,15 +283,7 @@ class JoinProcessor:
     def _index(self, side: Side, partition: int, key: str, expires_after_ms: int) -> None:
         store = self.stores[side]
         bucket = self.index.bucket_of(expires_after_ms)
-        bucket_key = _bucket_key(partition, bucket)
-        listed = store.get(bucket_key)
-        if listed is None:
-            live = list(store.get(_live_key(partition)) or [])
-            if bucket not in live:
-                store[_live_key(partition)] = sorted([*live, bucket])
-            store[bucket_key] = [key]
-        elif key not in listed:
-            store[bucket_key] = [*listed, key]
+        BUCKETS.add(store, partition, bucket, key)
         where = (side, partition)
         if where in self._sweep_at:
             at = self._sweep_at[where]
@@ -330,7 +310,7 @@ class JoinProcessor:
             if at is None or clock < at:
                 return []
         store = self.stores[side]
-        live: list[int] = list(store.get(_live_key(partition)) or [])
+        live = BUCKETS.live(store, partition)
         due = [b for b in live if self.index.due_at(b) <= clock]
         rest = live[len(due) :]
         if not due:
@@ -338,7 +318,7 @@ class JoinProcessor:
             return []
         keys: list[str] = []
         for bucket in due:
-            for key in store.get(_bucket_key(partition, bucket)) or ():
+            for key in BUCKETS.keys(store, partition, bucket):
                 if key not in keys:
                     keys.append(key)
         emit = self.kind.emits_unmatched(side)
@@ -365,12 +345,8 @@ class JoinProcessor:
         def apply() -> None:
             for key, keep in updates.items():
                 _put(store, key, keep)
-            for bucket in due:
-                bucket_key = _bucket_key(partition, bucket)
-                if bucket_key in store:
-                    del store[bucket_key]
-            store[_live_key(partition)] = rest
+            BUCKETS.drop(store, partition, due, rest)
             self._sweep_at[where] = self.index.due_at(rest[0]) if rest else None
 
-        expiry._steps.append(apply)
+        expiry.then(apply)
         return unmatched
