@@ -80,7 +80,13 @@ class TableLookup:
 
 
 class StreamTableJoin:
-    """A declared stream-table join; see the module. Build it with `stream_table_join`."""
+    """A declared stream-table join on ``app`` (see the module and docs/joins.md); also
+    reachable as `stream_table_join`.
+
+    ``partitions`` is the stream's partition count (and the table's, co-partitioned);
+    ``table_partitions`` the table topic's, for a global table (default: ``partitions``).
+    ``combine(value, table_value)`` makes the output value (default: a dict of both).
+    """
 
     def __init__(
         self,
@@ -94,16 +100,14 @@ class StreamTableJoin:
         global_table: bool = False,
         table_partitions: int | None = None,
         kind: JoinKind | str = JoinKind.INNER,
-        combine: Callable[[Any, Any], Any] | None = None,
+        combine: Callable[[Any, Any], Any] = _default_combine,
     ) -> None:
         self.app = app
         self.name = name
         self.stream = stream
         self.table_topic = table_topic
         self.output = output
-        self.combine = combine or (
-            lambda value, table_value: {"value": value, "table": table_value}
-        )
+        self.combine = combine
         self.stream_name = stream.get_topic_name()
         self.table_topic_name = table_topic.get_topic_name()
         options: dict[str, Any] = {
@@ -167,34 +171,5 @@ class StreamTableJoin:
         )
 
 
-def stream_table_join(
-    app: AppT,
-    name: str,
-    *,
-    stream: TopicT,
-    table_topic: TopicT,
-    output: TopicT | Callable[[Enrichment], Any],
-    partitions: int,
-    global_table: bool = False,
-    table_partitions: int | None = None,
-    kind: JoinKind | str = JoinKind.INNER,
-    combine: Callable[[Any, Any], Any] | None = None,
-) -> StreamTableJoin:
-    """Declare a stream-table join on ``app`` (see the module and docs/joins.md).
-
-    ``partitions`` is the stream's partition count (and the table's, co-partitioned);
-    ``table_partitions`` the table topic's, for a global table (default: ``partitions``).
-    ``combine(value, table_value)`` makes the output value (default: a dict of both).
-    """
-    return StreamTableJoin(
-        app,
-        name,
-        stream=stream,
-        table_topic=table_topic,
-        output=output,
-        partitions=partitions,
-        global_table=global_table,
-        table_partitions=table_partitions,
-        kind=kind,
-        combine=combine,
-    )
+#: Declares a stream-table join on an app: the class's constructor, under the name the docs use.
+stream_table_join = StreamTableJoin
