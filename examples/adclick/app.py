@@ -17,8 +17,10 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import json
+from collections.abc import Callable
 from typing import Any
 
+from faust.types import TopicT
 from faust.types.codecs import CodecT
 from mode import BaseSignalT
 
@@ -75,21 +77,22 @@ _raw: dict[str, Any] = {
     "key_serializer": "raw",
     "value_serializer": "raw",
 }
-# Keyed by auction id (UTF-8); values decoded into the model's records (or refused).
-impressions_topic = app.topic(
-    topology.impressions,
-    partitions=topology.partitions,
-    key_type=str,
-    key_serializer="raw",
-    value_serializer=_ModelCodec(decode_impression),
-)
-clicks_topic = app.topic(
-    topology.clicks,
-    partitions=topology.partitions,
-    key_type=str,
-    key_serializer="raw",
-    value_serializer=_ModelCodec(decode_click),
-)
+
+
+def _auction_topic(name: str, decode: Callable[[bytes], Any]) -> TopicT:
+    """A source topic keyed by auction id (UTF-8), its values decoded into the model's records
+    by ``decode`` (or refused)."""
+    return app.topic(
+        name,
+        partitions=topology.partitions,
+        key_type=str,
+        key_serializer="raw",
+        value_serializer=_ModelCodec(decode),
+    )
+
+
+impressions_topic = _auction_topic(topology.impressions, decode_impression)
+clicks_topic = _auction_topic(topology.clicks, decode_click)
 attributed_topic = app.topic(topology.attributed, partitions=topology.partitions, **_raw)
 campaign_sources = app.topic(
     topology.campaign_impressions,
