@@ -12,7 +12,7 @@ requests of a static member (`static_membership`); Faust's table writes, encoded
 (`window_expiry`); its rebalance handlers, made incremental under the cooperative protocol
 (`incremental`); its fetch loop's hand-out of each record, without a task per record
 (`eager_hand_out`); its exactly_once sends, in the transaction of the record they are made
-for (`sends`).
+for (`sends`); the offsets reader's metadata of topics it finds unknown (`unknown_topics`).
 Every private name those rely on is listed in `PRIVATE_NAMES` below, and nowhere else in
 streamapp is one named (a unit test reads every module for them).
 
