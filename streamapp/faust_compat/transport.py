@@ -704,7 +704,13 @@ class Consumer(faust_aiokafka.Consumer):
     async def _give_up(self, revoked: set[TP]) -> None:
         """An incremental rebalance lost ``revoked``: they stop, and what was processed of them
         is committed before Faust forgets their acked offsets (at-least-once, as fix 9 does for
-        a whole assignment); the partitions kept go on meanwhile."""
+        a whole assignment); the partitions kept go on meanwhile.
+
+        Under exactly_once the commit ends their transactions (none begins after it): what was
+        processed of them is committed with its output and table writes, and their producers
+        are then stopped (`incremental`) before the partitions are released. The kept
+        partitions' transactions are not part of this commit and stay open.
+        """
         streams = {tp for tp in revoked if self.app.topics.acks_enabled_for(tp.topic)}
         if not streams:
             return
@@ -728,7 +734,11 @@ class Consumer(faust_aiokafka.Consumer):
                 gc.collect()  # a record dropped unprocessed leaves the weak set once collected
         await self.app.producer.flush()
         await self.maybe_wait_for_commit_to_finish()
-        await self.commit(topics=streams)
+        # Under exactly_once only the lost partitions' transactions end here: Faust's commit
+        # begins a new one for each transaction it commits unless told not to, and one left
+        # open on a producer about to stop would hold its partitions' last stable offset back
+        # until the next owner fences it.
+        await self.commit(topics=streams, start_new_transaction=not self.in_transaction)
 
     def prepare_incremental_assignment(self, gained: set[TP]) -> None:
         """Before Faust's assignment step of an incremental rebalance that gains ``gained``.
