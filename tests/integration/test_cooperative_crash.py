@@ -161,6 +161,8 @@ def log_entries(text: str) -> list[str]:
     """A worker's log cut into its entries (each written at once, ending with a newline: the
     last is left out while it does not)."""
     starts = [m.start() for m in ENTRY.finditer(text)]
+    if not starts:
+        return []
     ends = [*starts[1:], len(text) if text.endswith("\n") else -1]
     return [text[a:b] for a, b in zip(starts, ends, strict=True) if b >= 0]
 
@@ -172,10 +174,12 @@ def rounds(text: str) -> list[re.Match[str]]:
 
 def partitions_of(text: str, topic: str) -> set[int]:
     """The partitions of ``topic`` in a logged set of partitions: a table of Faust's log
-    formatter (``| topic | {1, 2} |``), or aiokafka TopicPartitions."""
+    formatter (``| topic | {1, 3-5} |``), or aiokafka TopicPartitions."""
     found: set[int] = set()
-    for listed in re.findall(rf"\|\s*{re.escape(topic)}\s*\|\s*\{{([\d, ]*)\}}\s*\|", text):
-        found |= {int(p) for p in listed.replace(",", " ").split()}
+    for listed in re.findall(rf"\|\s*{re.escape(topic)}\s*\|\s*\{{([\d, -]*)\}}\s*\|", text):
+        for item in listed.replace(",", " ").split():  # "1", or a range "3-5"
+            first, _, last = item.partition("-")
+            found |= set(range(int(first), int(last or first) + 1))
     found |= {int(p) for p in re.findall(rf"topic='{re.escape(topic)}', partition=(\d+)", text)}
     return found
 
