@@ -78,8 +78,13 @@
     the app's consumer generation stays (``RebalanceListener``): Faust's streams skip records
     stamped with an older one, which would skip the queued records of partitions that keep
     flowing. Lost stream partitions are drained and committed alone (``Consumer._give_up``),
-    gained ones sought alone (``Consumer.seek_to_committed_partitions``). Delete when Faust's
-    rebalance handling is incremental. Test: tests/integration/test_cooperative_rebalance.py.
+    gained ones sought alone (``Consumer.seek_to_committed_partitions``). Under exactly_once
+    that commit also ends the lost partitions' transactions (no new one begins on producers
+    about to stop); `incremental` stops their producers, and starts the gained ones' (fencing
+    their previous owners) before their tables recover. Delete when Faust's rebalance handling
+    is incremental. Tests: tests/integration/test_cooperative_rebalance.py;
+    tests/integration/test_cooperative_crash.py (exactly_once, and a SIGKILL between rounds);
+    tests/unit/streamapp/faust_compat/test_incremental.py.
 
 14. Offsets are asked on their own connection (`ConsumerThread.offsets_reader`): a second
     aiokafka consumer, in no group, at the worker consumer's isolation level, answers
