@@ -196,19 +196,9 @@ class StreamappPartitionAssignor(FaustPartitionAssignor):
         return self._speaks_cooperative() and self._share.group_protocol == "cooperative"
 
     def _speaks_cooperative(self) -> bool:
-        if self.settings.rebalance_protocol is not RebalanceProtocol.COOPERATIVE:
-            return False
-        if self.app.in_transaction:
-            # Faust's transaction manager opens and ends producers per rebalance for the whole
-            # assignment: keeping partitions through a rebalance is not checked under it yet.
-            self._warn_once(
-                "",
-                "cooperative-eos",
-                "rebalance_protocol cooperative is not supported under exactly_once yet: "
-                "this worker runs eager",
-            )
-            return False
-        return True
+        # Under exactly_once too: an incremental rebalance commits and ends the transactions of
+        # what is lost and opens those of what is gained (`streamapp.faust_compat.incremental`).
+        return self.settings.rebalance_protocol is RebalanceProtocol.COOPERATIVE
 
     def on_join_prepared(self, *, kept_owned: bool) -> None:
         """The coordinator prepared a join, keeping what this worker owns or giving it all up."""

@@ -16,11 +16,20 @@ module handles the rebalance instead, partition by partition:
 - *Lost partitions*: only those stop (`streamapp.faust_compat.transport.Consumer` pauses them,
   hands none of their records out any more, waits for those handed out to be processed and
   commits their offsets before Faust forgets them: at-least-once, as transport fix 9 does for
-  a whole assignment), and their table partitions are revoked.
+  a whole assignment), and their table partitions are revoked. Under exactly_once that commit
+  ends their transactions, and their transactional producers are stopped here, before the
+  coordinator rejoins and the partitions are handed to their next owner.
 - *Gained partitions*: only those are paused while their tables recover; kept partitions keep
-  flowing. Recovery replays only the gained active table partitions (and seeks the standbys as
-  Faust does), then the gained stream partitions are sought to their committed offsets and
-  resumed; nothing else is sought.
+  flowing. Under exactly_once their transactional producers start first (Faust's
+  ``TransactionManager.on_rebalance``, for the gained partitions only): each one's
+  InitProducerId fences the previous owner's producer and aborts a transaction it left open
+  (a worker killed mid-transaction), before the gained changelogs are read and the gained
+  stream partitions' committed offsets are asked. Recovery replays only the gained active
+  table partitions (and seeks the standbys as Faust does), then the gained stream partitions
+  are sought to their committed offsets and resumed; nothing else is sought.
+- *Kept partitions* keep their transactional producers and their open transactions: Faust's
+  handler would stop the producers of what is revoked and begin a transaction for every
+  partition assigned, kept ones included.
 
 What makes the records of kept partitions survive the rebalance: the app's consumer generation
 (``app.consumer_generation_id``, which Faust stamps on every record it fetches and against
@@ -114,6 +123,15 @@ class IncrementalRebalance:
             # of the standbys kept, and those of the revoked partitions are dropped as
             # recovery takes them (no longer active nor standby here).
             app.tables.recovery.revoke_incrementally(revoked)
+            if app.in_transaction:
+                # Their transactions were committed and ended as the consumer gave them up:
+                # their producers go before their next owner starts its own.
+                await app.consumer.transactions.on_rebalance(set(), revoked, set())
+                logger.info(
+                    "streamapp: transactional producers stopped for %s (exactly_once; the "
+                    "partitions kept keep theirs)",
+                    sorted(revoked),
+                )
         self.held -= revoked
         await app.on_partitions_revoked.send(revoked)
 
@@ -135,6 +153,14 @@ class IncrementalRebalance:
             # and resumes those it reads).
             consumer.pause_partitions(newly_assigned)
         await app.topics.on_partitions_assigned(assigned)
+        if app.in_transaction and newly_assigned:
+            # Before any of their records or changelog records is read (see the module docs).
+            await app.consumer.transactions.on_rebalance(newly_assigned, set(), newly_assigned)
+            logger.info(
+                "streamapp: transactional producers started for %s (exactly_once; previous "
+                "owners fenced)",
+                sorted(newly_assigned),
+            )
         logger.info(
             "streamapp: incremental rebalance: kept %d partition(s) flowing, gained %s, lost %s",
             len(assigned - newly_assigned),

@@ -78,8 +78,13 @@
     the app's consumer generation stays (``RebalanceListener``): Faust's streams skip records
     stamped with an older one, which would skip the queued records of partitions that keep
     flowing. Lost stream partitions are drained and committed alone (``Consumer._give_up``),
-    gained ones sought alone (``Consumer.seek_to_committed_partitions``). Delete when Faust's
-    rebalance handling is incremental. Test: tests/integration/test_cooperative_rebalance.py.
+    gained ones sought alone (``Consumer.seek_to_committed_partitions``). Under exactly_once
+    that commit also ends the lost partitions' transactions (no new one begins on producers
+    about to stop); `incremental` stops their producers, and starts the gained ones' (fencing
+    their previous owners) before their tables recover. Delete when Faust's rebalance handling
+    is incremental. Tests: tests/integration/test_cooperative_rebalance.py;
+    tests/integration/test_cooperative_crash.py (exactly_once, and a SIGKILL between rounds);
+    tests/unit/streamapp/faust_compat/test_incremental.py.
 
 14. Offsets are asked on their own connection (`ConsumerThread.offsets_reader`): a second
     aiokafka consumer, in no group, at the worker consumer's isolation level, answers
@@ -725,7 +730,13 @@ class Consumer(faust_aiokafka.Consumer):
     async def _give_up(self, revoked: set[TP]) -> None:
         """An incremental rebalance lost ``revoked``: they stop, and what was processed of them
         is committed before Faust forgets their acked offsets (at-least-once, as fix 9 does for
-        a whole assignment); the partitions kept go on meanwhile."""
+        a whole assignment); the partitions kept go on meanwhile.
+
+        Under exactly_once the commit ends their transactions (none begins after it): what was
+        processed of them is committed with its output and table writes, and their producers
+        are then stopped (`incremental`) before the partitions are released. The kept
+        partitions' transactions are not part of this commit and stay open.
+        """
         streams = {tp for tp in revoked if self.app.topics.acks_enabled_for(tp.topic)}
         if not streams:
             return
@@ -749,7 +760,11 @@ class Consumer(faust_aiokafka.Consumer):
                 gc.collect()  # a record dropped unprocessed leaves the weak set once collected
         await self.app.producer.flush()
         await self.maybe_wait_for_commit_to_finish()
-        await self.commit(topics=streams)
+        # Under exactly_once only the lost partitions' transactions end here: Faust's commit
+        # begins a new one for each transaction it commits unless told not to, and one left
+        # open on a producer about to stop would hold its partitions' last stable offset back
+        # until the next owner fences it.
+        await self.commit(topics=streams, start_new_transaction=not self.in_transaction)
 
     def prepare_incremental_assignment(self, gained: set[TP]) -> None:
         """Before Faust's assignment step of an incremental rebalance that gains ``gained``.

@@ -118,6 +118,7 @@ def _app(calls: list[str]) -> Any:
             maybe_wait_for_subscriptions=nothing, on_partitions_assigned=nothing
         ),
         flow_control=None,
+        in_transaction=False,
         consumer_generation_id=4,
         on_partitions_assigned=_Signal("assigned", calls),
         on_rebalance_complete=_Signal("complete", calls),
@@ -139,3 +140,102 @@ async def test_a_rebalance_with_nothing_to_recover_ends_after_faust_s_return_ste
     assert calls[2:] == ["resume_flow", "actives_ready", "end"]
     handler.on_rebalance_return()  # the next rebalance's return ends nothing by itself
     assert calls.count("end") == 1
+
+
+class _Transactions:
+    """Faust's TransactionManager as the handlers call it: producers stopped for ``revoked``
+    and started for ``assigned``."""
+
+    def __init__(self, calls: list[str]) -> None:
+        self.calls = calls
+
+    async def on_rebalance(self, assigned: set[TP], revoked: set[TP], newly: set[TP]) -> None:
+        if revoked:
+            self.calls.append(f"stop producers {sorted(revoked)}")
+        if assigned:
+            self.calls.append(f"start producers {sorted(assigned)}")
+
+
+def _exactly_once_app(calls: list[str]) -> Any:
+    app = _app(calls)
+    app.in_transaction = True
+    app.consumer.transactions = _Transactions(calls)
+
+    async def tables_on_rebalance(*args: Any) -> None:
+        calls.append("tables.on_rebalance")
+
+    app.tables.on_rebalance = tables_on_rebalance
+    app.tables.recovery.revoke_incrementally = lambda tps: calls.append(f"revoke {sorted(tps)}")
+    app.on_partitions_revoked = _Signal("revoked", calls)
+    return app
+
+
+LOST = TP("events", 2)
+
+
+async def test_exactly_once_stops_the_producers_of_what_is_lost_only() -> None:
+    calls: list[str] = []
+    handler = incremental.IncrementalRebalance(_exactly_once_app(calls))
+    await handler.on_partitions_revoked({LOST})
+    assert calls == [f"revoke {[LOST]}", f"stop producers {[LOST]}", "revoked"]
+    calls.clear()
+    await handler.on_partitions_revoked(set())  # lost nothing: no producer stops
+    assert calls == ["revoked"]
+
+
+async def test_exactly_once_starts_the_gained_producers_before_their_tables_recover() -> None:
+    # Each start fences the previous owner (InitProducerId) and aborts what it left open,
+    # before the gained changelogs are read; the kept partition's producer is left alone.
+    calls: list[str] = []
+    handler = incremental.IncrementalRebalance(_exactly_once_app(calls))
+    await handler.on_partitions_assigned({KEPT, GAINED, CHANGELOG}, set(), {GAINED, CHANGELOG})
+    started = [c for c in calls if "producers" in c]
+    assert started == [f"start producers {sorted({GAINED, CHANGELOG})}"]
+    assert calls.index(started[0]) < calls.index("tables.on_rebalance")
+    assert calls.index(f"pause {sorted({GAINED, CHANGELOG})}") < calls.index(started[0])
+
+
+async def test_at_least_once_touches_no_producer() -> None:
+    calls: list[str] = []
+    app = _exactly_once_app(calls)
+    app.in_transaction = False
+    handler = incremental.IncrementalRebalance(app)
+    await handler.on_partitions_revoked({LOST})
+    await handler.on_partitions_assigned({KEPT, GAINED}, {LOST}, {GAINED})
+    assert not [c for c in calls if "producers" in c]
+
+
+def _giving_up_consumer(in_transaction: bool, commits: list[dict[str, Any]]) -> Any:
+    consumer: Any = object.__new__(Consumer)
+
+    async def nothing(*args: Any, **kwargs: Any) -> None:
+        return None
+
+    async def commit(topics: Any = None, start_new_transaction: bool = True) -> bool:
+        commits.append({"topics": topics, "start_new_transaction": start_new_transaction})
+        return True
+
+    consumer.app = SimpleNamespace(
+        topics=SimpleNamespace(acks_enabled_for=lambda topic: topic == LOST.topic),
+        producer=SimpleNamespace(flush=nothing),
+    )
+    consumer.in_transaction = in_transaction
+    consumer._giving_up = set()
+    consumer._unacked_messages = set()
+    consumer.pause_partitions = lambda tps: None
+    consumer.maybe_wait_for_commit_to_finish = nothing
+    consumer.commit = commit
+    consumer.commit_interval = 1.0
+    consumer.loop = SimpleNamespace(time=lambda: 0.0)
+    return consumer
+
+
+async def test_giving_up_under_exactly_once_ends_the_lost_transactions() -> None:
+    # A transaction begun after the commit would stay open on a producer that stops at once,
+    # holding the partition's last stable offset back until the next owner fences it.
+    for in_transaction, begins_new in ((True, False), (False, True)):
+        commits: list[dict[str, Any]] = []
+        consumer = _giving_up_consumer(in_transaction, commits)
+        await consumer._give_up({LOST, CHANGELOG})
+        assert commits == [{"topics": {LOST}, "start_new_transaction": begins_new}]
+        assert consumer._giving_up == {LOST}
