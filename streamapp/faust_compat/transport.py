@@ -94,7 +94,9 @@
 
 15. The fetch loop hands a record to the streams without a task per record, when the hand-out
     has nothing to wait for (``Consumer.wait_first``; see
-    ``streamapp.faust_compat.eager_hand_out``, which says when to delete it).
+    ``streamapp.faust_compat.eager_hand_out``, which says when to delete it). Records of a topic
+    an agent reads in batches (`streamapp.batches`, ``Consumer.hand_out_in_batches``) go
+    without the yield after each, so the agent finds a fetch's records queued.
 
 16. While a rebalance's recovery is under way, a fetch that finds no records returns after
     ``RECOVERY_FETCH_MAX_WAIT_MS`` (0.1 s), not Faust's hard-coded 1.5 s (its
