@@ -11,6 +11,7 @@ its own input topic, loaded in advance with ``--records`` records over ``--parti
 partitions, and one worker process:
 
 * streamapp: ``streamapp worker`` running the app as a `streamapp.App`;
+* sa batches: the same, its agent reading the stream in batches (`streamapp.batches`);
 * stock Faust: ``faust worker`` running the same agent in a plain `faust.App`;
 * plain loop: an aiokafka consumer and producer (linger and batch size as streamapp's
   defaults) doing the same durable work per record: a rocksdict get and put and a changelog
@@ -51,7 +52,7 @@ from streamapp.kafka.probe import free_port
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 APP = "bench.apps.throughput_app:app"
-ENGINES = ("streamapp", "stock faust", "plain loop")
+ENGINES = ("streamapp", "sa batches", "stock faust", "plain loop")
 #: streamapp without its free wins (--each-win): label -> THROUGHPUT_WITHOUT.
 WITHOUT_WINS = {
     "sa no wins": "logging,encode,batching",
@@ -212,7 +213,7 @@ def engine_command(
     engine: str, args: argparse.Namespace, bootstrap: str, run_dir: Path
 ) -> list[str]:
     py = sys.executable
-    if engine == "streamapp" or engine in WITHOUT_WINS:
+    if engine in ("streamapp", "sa batches") or engine in WITHOUT_WINS:
         return [
             py,
             "-m",
@@ -267,6 +268,7 @@ def run_engine(
         "PYTHONPATH": str(REPO_ROOT),
         "THROUGHPUT_ENGINE": "faust" if engine == "stock faust" else "streamapp",
         "THROUGHPUT_WITHOUT": WITHOUT_WINS.get(engine, ""),
+        "THROUGHPUT_BATCHES": "1" if engine == "sa batches" else "0",
         "THROUGHPUT_APP_ID": app_id,
         "THROUGHPUT_PARTITIONS": str(args.partitions),
         "THROUGHPUT_GUARANTEE": guarantee,
@@ -411,7 +413,7 @@ def main() -> int:
         "--engine",
         action="append",
         choices=[*ENGINES, *WITHOUT_WINS],
-        help="repeatable (default: all three)",
+        help="repeatable (default: all four)",
     )
     parser.add_argument(
         "--loglevel",

@@ -8,6 +8,8 @@ Environment (set by ``bench/throughput.py``):
 - ``THROUGHPUT_WITHOUT``: streamapp's free wins to leave out, comma-separated (``logging``,
   ``encode``, ``batching``): Faust's worker, table or producer defaults instead, to measure
   each win within one run (``bench/throughput.py --each-win``);
+- ``THROUGHPUT_BATCHES``: when ``1`` (streamapp only), the agent reads its stream in batches
+  (`streamapp.batches`), doing the same work per record;
 - ``THROUGHPUT_RECORDS``: how many input records the run has;
 - ``THROUGHPUT_PROFILE``: when set, a cProfile of the event-loop thread from the first
   record to the last is written there;
@@ -73,24 +75,52 @@ _seen = 0
 _first: tuple[float, float] | None = None
 
 
-@app.agent(source)
-async def running_sum(stream: Any) -> None:
-    global _seen, _first
-    async for key, value in stream.items():
-        if _first is None:
-            _first = (time.monotonic(), time.process_time())
-            if _profiler is not None:
-                _profiler.enable()
-        total = sums[key] + int(value)
-        sums[key] = total
-        _seen += 1
-        if _seen % OUTPUT_EVERY == 0:
-            await output.send(key=key, value=total)
-        if _seen == RECORDS:
-            # Durable: the changelog and output records of the run are with the broker.
-            await app.producer.flush()
-            wall, cpu = time.monotonic(), time.process_time()
-            if _profiler is not None:
-                _profiler.disable()
-                _profiler.dump_stats(str(PROFILE))
-            RESULT.write_text(json.dumps({"records": _seen, "first": _first, "last": [wall, cpu]}))
+def _started() -> None:
+    global _first
+    _first = (time.monotonic(), time.process_time())
+    if _profiler is not None:
+        _profiler.enable()
+
+
+async def _process(key: str, value: bytes) -> None:
+    """The work per input record, the same in both agents."""
+    global _seen
+    total = sums[key] + int(value)
+    sums[key] = total
+    _seen += 1
+    if _seen % OUTPUT_EVERY == 0:
+        await output.send(key=key, value=total)
+
+
+async def _maybe_done() -> None:
+    if _seen == RECORDS:
+        # Durable: the changelog and output records of the run are with the broker.
+        await app.producer.flush()
+        wall, cpu = time.monotonic(), time.process_time()
+        if _profiler is not None:
+            _profiler.disable()
+            _profiler.dump_stats(str(PROFILE))
+        RESULT.write_text(json.dumps({"records": _seen, "first": _first, "last": [wall, cpu]}))
+
+
+if ENGINE == "streamapp" and os.environ.get("THROUGHPUT_BATCHES") == "1":
+    from streamapp.batches import batches
+
+    @app.agent(source)
+    async def running_sum(stream: Any) -> None:
+        async for batch in batches(stream):
+            if _first is None:
+                _started()
+            for key, value in batch.items():
+                await _process(key, value)
+                await _maybe_done()
+
+else:
+
+    @app.agent(source)
+    async def running_sum(stream: Any) -> None:
+        async for key, value in stream.items():
+            if _first is None:
+                _started()
+            await _process(key, value)
+            await _maybe_done()

@@ -11,8 +11,14 @@ requests of a static member (`static_membership`); Faust's table writes, encoded
 (`encode_once`); the expiry heap of its windowed tables, rebuilt after a recovery
 (`window_expiry`); its rebalance handlers, made incremental under the cooperative protocol
 (`incremental`); its fetch loop's hand-out of each record, without a task per record
+<<<<<<< HEAD
 (`eager_hand_out`); its exactly_once sends, in the transaction of the record they are made
 for (`sends`); the offsets reader's metadata of topics it finds unknown (`unknown_topics`).
+=======
+(`eager_hand_out`); its stream's acks and current event for an agent over batches
+(`batch_stream`); its exactly_once sends, in the transaction of the record they are made
+for (`sends`).
+>>>>>>> h44
 Every private name those rely on is listed in `PRIVATE_NAMES` below, and nowhere else in
 streamapp is one named (a unit test reads every module for them).
 
@@ -65,6 +71,13 @@ PRIVATE_NAMES: dict[str, tuple[str, ...]] = {
         "_read_offset",  # recovery: the last record handed out per partition
         "_committed_offset",  # incremental: the gained partitions' seek, as perform_seek's
         "_drain_messages",  # eager_hand_out: its per-record wait_first call is recognised
+        "_acked_index",  # batch_stream: a batch acked as Consumer.ack acks one record
+        "_n_acked",
+        "_waiting_for_ack",
+    ),
+    "faust.streams:Stream": (
+        "_set_current_event",  # batch_stream: Faust's current event, once per batch
+        "_channel_stop_iteration",
     ),
     "faust.tables.recovery:Recovery": (
         "_build_offsets",  # recovery: stores claiming more than their changelog go aside

@@ -38,6 +38,12 @@ whose call ``self.wait_first(callback(message), self.suspend_flow.wait())`` is w
 `streamapp.faust_compat.transport.Consumer.wait_first` recognises (the callback's coroutine is
 streamapp's own hand-out; any other call goes to mode's ``wait_first`` untouched).
 
+A record of a topic an agent reads in batches (`streamapp.batches`) is handed out without the
+yield, while fewer than `BATCH_AHEAD_LIMIT` records are in hand: the agent takes what its
+queue holds when it wakes, so a yield per record would make batches of one record. The agent
+acks a batch only once it is processed, so the limit is what a commit under exactly_once may
+wait for.
+
 Delete when Faust's fetch loop hands records to the conductor without a task per record (or
 mode's ``wait_first`` starts its tasks eagerly, as Python 3.12's eager tasks would).
 Tests: tests/unit/streamapp/faust_compat/test_eager_hand_out.py;
@@ -55,6 +61,10 @@ from mode.services import WaitResults
 
 #: Records handed out and not yet processed (acked) at which hand-outs take Faust's path.
 AHEAD_LIMIT = 100
+#: The same for a record of a topic an agent reads in batches (`streamapp.batches`): such an
+#: agent takes what its queue holds when it wakes, so the fetch loop hands a fetch's records
+#: out without a yield between them, up to this many in hand.
+BATCH_AHEAD_LIMIT = 2000
 
 #: What `eager_wait_first` hands what it cannot finish at once to: mode's ``wait_first``.
 WaitFirst = Callable[..., Awaitable[WaitResults]]
@@ -107,6 +117,7 @@ async def eager_wait_first(
     *,
     may_start: bool,
     wait_first: WaitFirst,
+    keep_step: bool = True,
 ) -> WaitResults | None:
     """Hand one record out: at once if it needs no wait, else through ``wait_first``.
 
@@ -114,7 +125,8 @@ async def eager_wait_first(
     wait, as Faust's fetch loop passes them. ``may_start`` is false while the flow is suspended,
     the consumer stopping or `AHEAD_LIMIT` records are in hand: then both go to ``wait_first``
     untouched. Returns None when the hand-out finished at once (having yielded to the loop
-    once, for the agents to keep step), else what ``wait_first`` returned.
+    once, for the agents to keep step, unless ``keep_step`` is false), else what
+    ``wait_first`` returned.
     """
     if not may_start:
         return await wait_first(hand_out, flow_suspended)
@@ -123,7 +135,8 @@ async def eager_wait_first(
         pending = context.run(hand_out.send, None)
     except StopIteration:
         flow_suspended.close()
-        await asyncio.sleep(0)
+        if keep_step:
+            await asyncio.sleep(0)
         return None
     except BaseException:
         flow_suspended.close()

@@ -102,7 +102,9 @@
 
 15. The fetch loop hands a record to the streams without a task per record, when the hand-out
     has nothing to wait for (``Consumer.wait_first``; see
-    ``streamapp.faust_compat.eager_hand_out``, which says when to delete it).
+    ``streamapp.faust_compat.eager_hand_out``, which says when to delete it). Records of a topic
+    an agent reads in batches (`streamapp.batches`, ``Consumer.hand_out_in_batches``) go
+    without the yield after each, so the agent finds a fetch's records queued.
 
 16. While a rebalance's recovery is under way, a fetch that finds no records returns after
     ``RECOVERY_FETCH_MAX_WAIT_MS`` (0.1 s), not Faust's hard-coded 1.5 s (its
@@ -141,7 +143,12 @@ from faust.types.transports import TPorTopicSet
 from mode.services import WaitResults
 
 from streamapp.faust_compat import access, incremental, sends, static_membership, unknown_topics
-from streamapp.faust_compat.eager_hand_out import AHEAD_LIMIT, eager_wait_first, is_coroutine_of
+from streamapp.faust_compat.eager_hand_out import (
+    AHEAD_LIMIT,
+    BATCH_AHEAD_LIMIT,
+    eager_wait_first,
+    is_coroutine_of,
+)
 from streamapp.hand_out import HandOutLedger
 
 logger = logging.getLogger(__name__)
@@ -521,6 +528,10 @@ class Consumer(faust_aiokafka.Consumer):
         #: Records the fetch loop handed out at once, and those that had to wait (the tests).
         self.handed_out_at_once = 0
         self.handed_out_waiting = 0
+        #: Topics an agent reads in batches (`streamapp.batches`), and the topic of the record
+        #: the fetch loop is handing out (noted by `getmany`).
+        self.batch_topics: set[str] = set()
+        self._fetched_topic: str | None = None
 
     async def wait_first(self, *coros: Any, timeout: Any = None) -> WaitResults:
         # Faust's fetch loop calls ``wait_first(callback(message), self.suspend_flow.wait())``
@@ -532,12 +543,16 @@ class Consumer(faust_aiokafka.Consumer):
             and is_coroutine_of(coros[0], self._hand_out)
             and IN_FETCH_LOOP.get()
         ):
+            # A batch agent's record goes without a yield, so that its agent finds a fetch's
+            # records in its queue, not one (eager_hand_out, BATCH_AHEAD_LIMIT).
+            batched = self._fetched_topic in self.batch_topics
             waited = await eager_wait_first(
                 coros[0],
                 coros[1],
                 may_start=not (self.suspend_flow.is_set() or self.should_stop)
-                and len(self.unacked) < AHEAD_LIMIT,
+                and len(self.unacked) < (BATCH_AHEAD_LIMIT if batched else AHEAD_LIMIT),
                 wait_first=super().wait_first,
+                keep_step=not batched,
             )
             if waited is not None:
                 self.handed_out_waiting += 1
@@ -545,6 +560,11 @@ class Consumer(faust_aiokafka.Consumer):
             self.handed_out_at_once += 1
             return WaitResults([coros[0]], [None], False)
         return await super().wait_first(*coros, timeout=timeout)
+
+    def hand_out_in_batches(self, topics: Iterable[str]) -> None:
+        """An agent reads ``topics`` in batches (`streamapp.batches`): their records are handed
+        out without a yield between them (see `eager_hand_out`)."""
+        self.batch_topics.update(topics)
 
     def resume_partitions(self, tps: Iterable[TP]) -> None:
         # Faust's recovery resumes the stream partitions and then seeks them to their committed
@@ -567,6 +587,7 @@ class Consumer(faust_aiokafka.Consumer):
         # The fetch loop hands out one fetch's records before it begins the next.
         self.fetches_started += 1
         async for tp, message in super().getmany(timeout):
+            self._fetched_topic = tp.topic  # the record the fetch loop now hands out
             yield tp, message
 
     async def _getmany(

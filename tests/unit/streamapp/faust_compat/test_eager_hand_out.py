@@ -290,3 +290,26 @@ def test_is_coroutine_of() -> None:
         assert not is_coroutine_of(f, f)
     finally:
         coro.close()
+
+
+async def test_a_batch_topics_hand_out_does_not_yield_to_the_loop() -> None:
+    """With ``keep_step`` false (a record of a topic read in batches) the fetch loop goes on to
+    the next record without letting the agent run, so the agent finds a fetch's records queued;
+    with it (the default) the loop runs once after each record."""
+    ran: list[bool] = []
+
+    async def hand_out() -> None:
+        return None
+
+    for keep_step in (False, True):
+        asyncio.get_running_loop().call_soon(ran.append, keep_step)
+        result = await eager_wait_first(
+            hand_out(),
+            asyncio.Event().wait(),
+            may_start=True,
+            wait_first=_Waiter().wait_first,
+            keep_step=keep_step,
+        )
+        assert result is None
+        assert ran == ([] if not keep_step else [False, True])
+        await asyncio.sleep(0)

@@ -1,0 +1,219 @@
+"""An agent over batches: the records of a fetch reach the agent as lists, one per partition.
+
+Faust's stream gives an agent one record per step of its ``async for``: per record a loop
+iteration (its iterator awaits ``sleep(0)``), a look at the queue, the stream's sensors and an
+ack that wakes whoever waits for acks. `batches` takes what the agent's queue holds when the
+agent wakes, up to ``max_records``, and yields it as `Batch`\\ es, one per source partition, in
+offset order::
+
+    @app.agent(source)
+    async def running_sum(stream):
+        async for batch in batches(stream, max_records=1000):
+            for key, value in batch.items():
+                sums[key] += value
+
+Guarantees, the same as for a record of Faust's stream:
+
+- A batch is acked once, when the agent asks for the next one, so its offsets (up to its last
+  offset + 1) become committable together. Under exactly_once a commit waits for every record
+  handed out to be acked (`streamapp.faust_compat.transport`), so it never falls inside a
+  batch: the batch's table writes, changelog records and sends go in the transaction that
+  commits its offsets.
+- While a batch is processed, Faust's ``current_event()`` is its last record: a table write
+  goes to the changelog partition of the batch's partition, a send to that partition's
+  transaction (one partition per batch is what makes this right for every record of it).
+- A record fetched under an earlier generation, or taken while the flow is stopped for a
+  rebalance, is acked unprocessed, as Faust's stream skips it.
+- A batch the agent does not finish (its body raised, it broke out of the loop, or it was
+  cancelled) is not acked: no commit covers it, and it is processed again after a restart.
+  Records cannot be blamed one by one in a batch, so ``bad_record_policy`` does not apply: the
+  body raising stops the worker (unless it is stopping already), rather than commit around a
+  half-processed batch. Catch a record's error inside the body to skip it.
+
+The agent's topics are handed out by the fetch loop without a yield per record
+(`streamapp.faust_compat.eager_hand_out`): read a topic either in batches or record by record,
+not both. Faust's per-stream event sensors (its monitor's ``events_total``) do not count batch
+records; its per-message ones do.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, overload
+from weakref import WeakKeyDictionary
+
+from faust.types import TP, ChannelT, EventT, StreamT
+
+from streamapp.faust_compat.batch_stream import ack_batch, set_current_event, stop_iteration
+from streamapp.faust_compat.transport import Consumer as StreamappConsumer
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["DEFAULT_MAX_RECORDS", "Batch", "BatchAbandoned", "batches"]
+
+#: Records taken off the queue at most per wake-up of the agent (then cut per partition).
+DEFAULT_MAX_RECORDS = 1000
+
+#: Batches of a stream given out and not finished: held, so that their records stay unacked
+#: (Faust's unacked set is weak) until the worker stops.
+_abandoned: WeakKeyDictionary[StreamT[Any], list[Batch]] = WeakKeyDictionary()
+
+
+class BatchAbandoned(RuntimeError):
+    """An agent left a batch unfinished while the worker runs: the worker stops."""
+
+
+@dataclass(eq=False)
+class Batch(Sequence[EventT[Any]]):
+    """Events of one source partition, in offset order: ``batch.tp``, ``len(batch)``,
+    ``batch[i]``, iteration over events, ``values()`` and ``items()``."""
+
+    tp: TP
+    events: list[EventT[Any]] = field(default_factory=list)
+
+    @overload
+    def __getitem__(self, index: int) -> EventT[Any]: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[EventT[Any]]: ...
+    def __getitem__(self, index: int | slice) -> EventT[Any] | Sequence[EventT[Any]]:
+        return self.events[index]
+
+    def __len__(self) -> int:
+        return len(self.events)
+
+    def __iter__(self) -> Iterator[EventT[Any]]:
+        return iter(self.events)
+
+    def values(self) -> list[Any]:
+        return [event.value for event in self.events]
+
+    def items(self) -> list[tuple[Any, Any]]:
+        return [(event.key, event.value) for event in self.events]
+
+    @property
+    def first_offset(self) -> int:
+        return int(self.events[0].message.offset)
+
+    @property
+    def last_offset(self) -> int:
+        return int(self.events[-1].message.offset)
+
+
+def by_partition(events: Sequence[EventT[Any]]) -> list[Batch]:
+    """``events`` cut into one batch per partition, each in the order given, the batches in the
+    order of each partition's first event."""
+    cut: dict[TP, Batch] = {}
+    for event in events:
+        tp = event.message.tp
+        batch = cut.get(tp)
+        if batch is None:
+            batch = cut[tp] = Batch(tp)
+        batch.events.append(event)
+    return list(cut.values())
+
+
+async def _take(queue: Any, max_records: int, within: float | None) -> list[Any]:
+    """What the queue holds, up to ``max_records``; waits for the first one, and with
+    ``within`` up to that many seconds more for the rest."""
+    taken: list[Any] = []
+    if queue.empty():
+        taken.append(await queue.get())
+    while len(taken) < max_records and not queue.empty():
+        taken.append(queue.get_nowait())
+    if within is not None and len(taken) < max_records:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + within
+        while len(taken) < max_records:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                break
+            try:
+                taken.append(await asyncio.wait_for(queue.get(), remaining))
+            except TimeoutError:
+                break
+            while len(taken) < max_records and not queue.empty():
+                taken.append(queue.get_nowait())
+    return taken
+
+
+async def batches(
+    stream: StreamT[Any], *, max_records: int = DEFAULT_MAX_RECORDS, within: float | None = None
+) -> AsyncIterator[Batch]:
+    """The agent's records as batches, one per partition (see the module's docs).
+
+    ``max_records`` bounds the records taken off the queue per wake-up; ``within`` (seconds)
+    makes the agent wait that long for ``max_records`` once it has one record (by default it
+    takes what is there: the latency of a record is not traded for bigger batches).
+    """
+    if max_records < 1:
+        raise ValueError(f"max_records must be at least 1, not {max_records}")
+    channel = stream.channel
+    if not isinstance(channel, ChannelT):
+        raise TypeError(f"batches() reads an agent's stream over a topic, not {channel!r}")
+    app = stream.app
+    consumer = app.consumer
+    if isinstance(consumer, StreamappConsumer):
+        topics = getattr(channel, "topics", ())  # a Topic's names; an in-memory channel has none
+        consumer.hand_out_in_batches(t for t in topics if isinstance(t, str))
+    queue = channel.queue
+    acking_topics = app.topics.acking_topics
+    flow_control = app.flow_control
+    on_message_out = app.sensors.on_message_out
+    started = await stream.maybe_start()
+    out: Batch | None = None
+    try:
+        while not stream.should_stop:
+            taken = await _take(queue, max_records, within)
+            generation = app.consumer_generation_id
+            ready: list[EventT[Any]] = []
+            skipped = []
+            for event in taken:
+                if not isinstance(event, EventT):
+                    raise TypeError(f"batches() takes events, the channel gave {event!r}")
+                message = event.message
+                if message.topic in acking_topics and not message.tracked:
+                    message.tracked = True
+                    consumer.track_message(message)
+                if not flow_control.is_active() or message.generation_id != generation:
+                    skipped.append(message)  # as Faust's stream skips it: acked unprocessed
+                else:
+                    ready.append(event)
+            if skipped:
+                for message in ack_batch(consumer, skipped):
+                    on_message_out(message.tp, message.offset, message)
+            for batch in by_partition(ready):
+                out = batch
+                set_current_event(stream, batch.events[-1])
+                yield batch
+                set_current_event(stream, None)
+                out = None
+                for message in ack_batch(consumer, [event.message for event in batch.events]):
+                    on_message_out(message.tp, message.offset, message)
+            # Faust's stream yields to the loop once per record; once per wake-up is enough
+            # for the fetch loop and the commit to run between batches.
+            await asyncio.sleep(0)
+    finally:
+        set_current_event(stream, None)
+        if out is not None:
+            _abandon(stream, out)
+        stop_iteration(stream)
+        if started:
+            await stream.stop()
+            stream.service_reset()
+
+
+def _abandon(stream: StreamT[Any], batch: Batch) -> None:
+    _abandoned.setdefault(stream, []).append(batch)
+    app = stream.app
+    if stream.should_stop or app.should_stop:
+        return  # a stop: not acked, so processed again after the restart
+    error = BatchAbandoned(
+        f"a batch of {batch.tp.topic}[{batch.tp.partition}] (offsets {batch.first_offset} to "
+        f"{batch.last_offset}) was left unfinished by its agent; the worker stops rather than "
+        "commit around it (catch a record's error inside the batch to skip the record)"
+    )
+    logger.error("streamapp: %s", error)
+    asyncio.get_running_loop().create_task(app.crash(error))
