@@ -10,6 +10,5 @@ def test_ticks_are_co_partitioned_with_the_events() -> None:
     # Same partition count and same subscriber: partition p of both is one task, so a tick
     # stops exactly when that task's events stop.
     assert rebalance_app.ticks.partitions == rebalance.events.partitions
-    assert rebalance_app.TICKS_TOPIC == f"{rebalance.APP_ID}-ticks"
     agents = {agent.name.rsplit(".", 1)[-1]: agent for agent in rebalance_app.app.agents.values()}
     assert {"keep_latest", "note_ticks"} <= set(agents)
