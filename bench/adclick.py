@@ -320,7 +320,7 @@ def _settled(workers: list[Worker], topology: Topology, newcomer: Worker) -> boo
             return False
         if v["history"][-1]["generation"] != v["generation"]:
             return False
-    held = active_partitions(present, topology.impressions)
+    held = active_partitions(views, topology.impressions)
     mine = active_partitions([newcomer.assignment()], topology.impressions)
     return held == set(range(topology.partitions)) and bool(mine)
 
@@ -426,7 +426,7 @@ def run_scale_out(
             measure_scale_out(protocol, bootstrap, topology, workers, newcomer, args, seed=301)
         )
     finally:
-        stop_all([*workers, newcomer])
+        stop_all([w for w in (*workers, newcomer) if w.process is not None])
 
 
 def scale_out_table(results: list[ScaleOutResult], args: argparse.Namespace) -> str:
