@@ -105,6 +105,11 @@ RUN_ALIASES = {"streamapp": ("eager", "cooperative", "cooperative static")}
 BASELINE = "stock faust"
 
 
+class RunFailed(Exception):
+    """A run that could not go on (the group never settled): the table says why, the other
+    runs go on."""
+
+
 @dataclass
 class StepCost:
     records_replayed: int = 0
@@ -224,7 +229,8 @@ class Run:
                 pass
             time.sleep(1.0)
         tails = "\n".join(f"--- {n}\n{w.log_tail(10)}" for n, w in self.workers.items())
-        raise SystemExit(f"bench: {self.label}: timed out waiting for {what} ({self.why})\n{tails}")
+        print(f"bench: {self.label}: timed out waiting for {what} ({self.why})\n{tails}")
+        raise RunFailed(f"timed out waiting for {what} ({self.why})")
 
     def entries_since_mark(self) -> dict[str, list[dict[str, Any]]]:
         """Each worker's rebalances (history entries) since the last mark, then a new mark."""
@@ -468,6 +474,8 @@ def run_one(
                 results[FOLLOW_UP] = _cost(late)
                 results[FOLLOW_UP].stopped = run.stopped(window, entries, end, start=asked)
         results["table errors"] = run.table_errors()
+    except RunFailed as failure:
+        results["failed"] = str(failure)
     finally:
         if ticker is not None:
             ticker.stop()
@@ -527,12 +535,20 @@ def table(
         walls = ", ".join(
             f"{label} {result['kill -9 + restart'].wall_seconds:.1f}"
             for label, result in results.items()
+            if "kill -9 + restart" in result
         )
         lines.append(
             f"kill -9 + restart, wall seconds from the kill to every event committed: {walls}"
         )
-    errors = ", ".join(f"{label} {result['table errors']}" for label, result in results.items())
+    errors = ", ".join(
+        f"{label} {result.get('table errors', '-')}" for label, result in results.items()
+    )
     lines.append(f"table keys wrong or missing at the end: {errors}")
+    lines.extend(
+        f"{label}: failed, its other steps not measured: {result['failed']}"
+        for label, result in results.items()
+        if "failed" in result
+    )
     return "\n".join(lines)
 
 
