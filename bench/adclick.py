@@ -306,9 +306,9 @@ def _protocol_worker(
     return worker
 
 
-def _settled(workers: list[Worker], topology: Topology, newcomer: Worker) -> bool:
+def _settled(workers: list[Worker], topology: Topology, newcomer: Worker | None) -> bool:
     """Every worker in one generation and resumed in it, no follow-up pending, every partition
-    of the join held, and the newcomer holding some."""
+    of the join held, and the newcomer (if any) holding some."""
     views = [w.assignment() for w in workers]
     if not all(views):
         return False
@@ -321,8 +321,11 @@ def _settled(workers: list[Worker], topology: Topology, newcomer: Worker) -> boo
         if v["history"][-1]["generation"] != v["generation"]:
             return False
     held = active_partitions(views, topology.impressions)
-    mine = active_partitions([newcomer.assignment()], topology.impressions)
-    return held == set(range(topology.partitions)) and bool(mine)
+    if held != set(range(topology.partitions)):
+        return False
+    return newcomer is None or bool(
+        active_partitions([newcomer.assignment()], topology.impressions)
+    )
 
 
 async def measure_scale_out(
@@ -422,6 +425,12 @@ def run_scale_out(
     newcomer = _protocol_worker("bench-worker-4", bootstrap, topology, home, protocol)
     try:
         wait_until_assigned(workers, topology, timeout=180)
+        # The steady window starts once the start's own follow-up rebalances are over.
+        deadline = time.monotonic() + args.scale_out_timeout
+        while not _settled(workers, topology, None):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{protocol}: the three workers did not settle")
+            time.sleep(0.5)
         return asyncio.run(
             measure_scale_out(protocol, bootstrap, topology, workers, newcomer, args, seed=301)
         )
