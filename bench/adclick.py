@@ -1,6 +1,7 @@
 """Ad-click join: streamapp (3 workers) vs Spark Structured Streaming, same topics, same data.
 
     .venv/bin/python -m bench.adclick [--events 20000] [--latency-events 3000] [--rate 300]
+        [--engines streamapp,spark] [--scale-out eager,cooperative] [--steady-s 20]
 
 One run, one local broker. Each engine in turn, on the same input topics (Spark
 starts at the offsets where its phase begins) and with the same generated
@@ -13,7 +14,17 @@ traffic, so they never compete for the machine's two cores:
   input records / seconds from the first record produced to the last expected
   attribution read.
 
-Prints one table and the streamapp/spark ratios. Never part of the tests.
+Then, for each rebalance protocol of ``--scale-out`` (each on topics and a group of its
+own): three streamapp workers (``--rebalance-protocol`` given explicitly, static members as
+streamapp's default) take traffic paced at ``--rate`` records/s; after ``--steady-s`` seconds a
+fourth worker joins, and the traffic goes on until the group has settled again (the new worker
+holds partitions and no follow-up rebalance is pending) and ``--tail-s`` seconds more. Each
+attribution's latency (as above) falls in the steady-state window or the scale-out window by
+when its later input record was produced; the p99 of each, and their ratio, are printed (the
+issue's target: at most 2x).
+
+Prints one table and the streamapp/spark ratios, then the scale-out table. Never part of the
+tests.
 """
 
 from __future__ import annotations
@@ -34,8 +45,9 @@ from pathlib import Path
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
+from bench.lib.latency import in_window, percentile
 from examples.adclick import kafka_io
-from examples.adclick.cluster import Worker, stop_all, wait_until_assigned
+from examples.adclick.cluster import Worker, active_partitions, stop_all, wait_until_assigned
 from examples.adclick.events import TrafficConfig
 from examples.adclick.generator import produce
 from examples.adclick.topology import Topology
@@ -124,6 +136,26 @@ async def _input_times(
     return impressions, clicks
 
 
+async def _latencies(
+    bootstrap: str,
+    topology: Topology,
+    since: dict[TopicPartition, int],
+    probe: OutputProbe,
+    seed: int,
+) -> list[tuple[float, float]]:
+    """(when the later input record was produced, ms from it to the attribution read), for each
+    attribution of traffic ``seed`` the probe saw."""
+    impressions, clicks = await _input_times(bootstrap, topology, since)
+    out = []
+    for click_id, seen_at in probe.seen.items():
+        if not click_id.startswith(f"c{seed}-") or click_id not in clicks:
+            continue
+        auction_id, click_ts = clicks[click_id]
+        later_input_ms = max(click_ts, impressions.get(auction_id, click_ts))
+        out.append((later_input_ms / 1000, seen_at * 1000 - later_input_ms))
+    return out
+
+
 async def _wait_for(probe: OutputProbe, seed: int, expected: int, timeout: float) -> float:
     deadline = time.monotonic() + timeout
     while probe.count(seed) < expected:
@@ -158,14 +190,9 @@ async def measure(
         say(f"{engine}: latency phase, {cfg.events} records at {cfg.rate:.0f}/s")
         produced = await produce(bootstrap, cfg, topology, progress=None)
         await _wait_for(probe, latency_seed, produced.truth.in_window_clicks, args.timeout)
-        impressions, clicks = await _input_times(bootstrap, topology, since)
-        latencies = []
-        for click_id, seen_at in probe.seen.items():
-            if not click_id.startswith(f"c{latency_seed}-") or click_id not in clicks:
-                continue
-            auction_id, click_ts = clicks[click_id]
-            later_input_ms = max(click_ts, impressions.get(auction_id, click_ts))
-            latencies.append(seen_at * 1000 - later_input_ms)
+        latencies = [
+            ms for _, ms in await _latencies(bootstrap, topology, since, probe, latency_seed)
+        ]
         cuts = statistics.quantiles(latencies, n=100, method="inclusive")
 
         cfg = TrafficConfig(
@@ -246,6 +273,192 @@ def run_spark(
         spark.stop()
 
 
+#: Rebalance protocols ``--scale-out`` may name.
+PROTOCOLS = ("eager", "cooperative")
+
+
+@dataclass
+class ScaleOutResult:
+    protocol: str
+    steady_p50_ms: float | None
+    steady_p99_ms: float | None
+    scale_out_p99_ms: float | None
+    scale_out_seconds: float  # from the fourth worker's start to the group settled again
+    steady_attributions: int
+    scale_out_attributions: int
+
+    @property
+    def ratio(self) -> float | None:
+        if self.scale_out_p99_ms is None or not self.steady_p99_ms:
+            return None
+        return self.scale_out_p99_ms / self.steady_p99_ms
+
+
+def _protocol_worker(
+    name: str, bootstrap: str, topology: Topology, data_dir: Path, protocol: str
+) -> Worker:
+    worker = Worker(name, bootstrap, topology, data_dir / name)
+    # Explicit, whatever streamapp's defaults are: the figures keep their meaning.
+    worker.env.update(
+        STREAMAPP_REBALANCE_PROTOCOL=protocol,
+        STREAMAPP_STATIC_MEMBERSHIP="true",
+    )
+    return worker
+
+
+def _settled(workers: list[Worker], topology: Topology, newcomer: Worker | None) -> bool:
+    """Every worker in one generation and resumed in it, no follow-up pending, every partition
+    of the join held, and the newcomer (if any) holding some."""
+    views = [w.assignment() for w in workers]
+    if not all(views):
+        return False
+    present = [v for v in views if v]
+    if len({v["generation"] for v in present}) != 1:
+        return False
+    for v in present:
+        if v["followup_pending"] or not v["history"]:
+            return False
+        if v["history"][-1]["generation"] != v["generation"]:
+            return False
+    held = active_partitions(views, topology.impressions)
+    if held != set(range(topology.partitions)):
+        return False
+    return newcomer is None or bool(
+        active_partitions([newcomer.assignment()], topology.impressions)
+    )
+
+
+async def measure_scale_out(
+    protocol: str,
+    bootstrap: str,
+    topology: Topology,
+    workers: list[Worker],
+    newcomer: Worker,
+    args: argparse.Namespace,
+    seed: int,
+) -> ScaleOutResult:
+    probe = OutputProbe(bootstrap, topology.attributed)
+    await probe.start()
+    try:
+        since = await kafka_io.end_offsets(bootstrap, [topology.impressions, topology.clicks])
+        seconds = args.steady_s + args.scale_out_timeout + args.tail_s
+        cfg = TrafficConfig(
+            events=int(args.rate * seconds),
+            seed=seed,
+            rate=args.rate,
+            window_ms=topology.window_ms,
+            grace_ms=topology.grace_ms,
+        )
+        say(f"{protocol}: scale-out phase, up to {cfg.events} records at {cfg.rate:.0f}/s")
+        traffic_started = time.time()
+        traffic = asyncio.create_task(produce(bootstrap, cfg, topology, progress=None))
+        await asyncio.sleep(args.steady_s)
+        joined = time.time()
+        say(f"{protocol}: a fourth worker joins")
+        newcomer.start()
+        group = [*workers, newcomer]
+        deadline = time.monotonic() + args.scale_out_timeout
+        while not await asyncio.to_thread(_settled, group, topology, newcomer):
+            if not newcomer.alive():
+                raise RuntimeError(f"{newcomer.name} exited:\n{newcomer.log_tail()}")
+            if time.monotonic() > deadline or traffic.done():
+                raise TimeoutError(
+                    f"{protocol}: the group did not settle within {args.scale_out_timeout:.0f} s "
+                    "of the fourth worker's start"
+                )
+            await asyncio.sleep(0.5)
+        settled = time.time()
+        say(f"{protocol}: settled {settled - joined:.1f} s after the join")
+        # The traffic goes on past the settle for --tail-s, then stops (the rest is not sent).
+        await asyncio.sleep(args.tail_s)
+        traffic.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await traffic
+        # The records sent before the cancel are all joined once the probe has seen them settle.
+        await _quiet(probe, seed)
+        samples = await _latencies(bootstrap, topology, since, probe, seed)
+        # The first seconds warm the workers' caches: steady state starts a quarter in.
+        steady = in_window(samples, traffic_started + args.steady_s / 4, joined)
+        during = in_window(samples, joined, settled)
+        return ScaleOutResult(
+            protocol=protocol,
+            steady_p50_ms=percentile(steady, 50),
+            steady_p99_ms=percentile(steady, 99),
+            scale_out_p99_ms=percentile(during, 99),
+            scale_out_seconds=settled - joined,
+            steady_attributions=len(steady),
+            scale_out_attributions=len(during),
+        )
+    finally:
+        await probe.stop()
+
+
+async def _quiet(probe: OutputProbe, seed: int, quiet_s: float = 5.0) -> None:
+    """Until the probe has seen no new attribution of ``seed`` for ``quiet_s`` seconds.
+
+    The traffic was cut short (its length is a budget), so the exact count to wait for is not
+    known; the join's window and grace are far shorter than ``quiet_s``."""
+    count, since = probe.count(seed), time.monotonic()
+    while time.monotonic() - since < quiet_s:
+        await asyncio.sleep(0.25)
+        now = probe.count(seed)
+        if now != count:
+            count, since = now, time.monotonic()
+
+
+def run_scale_out(
+    protocol: str, bootstrap: str, run: str, data_dir: Path, args: argparse.Namespace
+) -> ScaleOutResult:
+    topology = Topology(
+        app_id=f"adclick-bench-{run}-{protocol}",
+        prefix=f"bench-{run}-{protocol}-",
+        window_ms=5_000,
+    )
+    asyncio.run(kafka_io.create_topics(bootstrap, topology.topic_partitions()))
+    home = data_dir / protocol
+    workers = [
+        _protocol_worker(f"bench-worker-{i + 1}", bootstrap, topology, home, protocol)
+        for i in range(3)
+    ]
+    for worker in workers:
+        worker.start()
+    newcomer = _protocol_worker("bench-worker-4", bootstrap, topology, home, protocol)
+    try:
+        wait_until_assigned(workers, topology, timeout=180)
+        # The steady window starts once the start's own follow-up rebalances are over.
+        deadline = time.monotonic() + args.scale_out_timeout
+        while not _settled(workers, topology, None):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{protocol}: the three workers did not settle")
+            time.sleep(0.5)
+        return asyncio.run(
+            measure_scale_out(protocol, bootstrap, topology, workers, newcomer, args, seed=301)
+        )
+    finally:
+        stop_all([w for w in (*workers, newcomer) if w.process is not None])
+
+
+def scale_out_table(results: list[ScaleOutResult], args: argparse.Namespace) -> str:
+    def ms(value: float | None) -> str:
+        return "-" if value is None else f"{value:.0f}"
+
+    lines = [
+        f"ad-click join, scale-out 3 -> 4 workers at {args.rate:.0f} records/s: end-to-end "
+        "latency by the later input's produce time, steady state (before the join) against the "
+        "scale-out (the join to the group settled, follow-up included); target p99 ratio <= 2",
+        f"{'protocol':<12} {'steady p50 ms':>13} {'steady p99 ms':>13} {'scale-out p99 ms':>16} "
+        f"{'ratio':>6} {'scale-out s':>11} {'attributions':>15}",
+    ]
+    for r in results:
+        ratio = "-" if r.ratio is None else f"{r.ratio:.2f}x"
+        lines.append(
+            f"{r.protocol:<12} {ms(r.steady_p50_ms):>13} {ms(r.steady_p99_ms):>13} "
+            f"{ms(r.scale_out_p99_ms):>16} {ratio:>6} {r.scale_out_seconds:>11.1f} "
+            f"{f'{r.steady_attributions}/{r.scale_out_attributions}':>15}"
+        )
+    return "\n".join(lines)
+
+
 def table(results: list[EngineResult]) -> str:
     lines = [
         f"{'engine':<12} {'events/s':>10} {'p50 ms':>9} {'p99 ms':>9}",
@@ -272,9 +485,33 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bootstrap", help="use this broker instead of starting one")
     parser.add_argument("--timeout", type=float, default=300.0)
     parser.add_argument(
-        "--engines", default="streamapp,spark", help="comma-separated: streamapp, spark"
+        "--engines",
+        default="streamapp,spark",
+        help="comma-separated: streamapp, spark ('none' for the scale-out phase only)",
+    )
+    parser.add_argument(
+        "--scale-out",
+        default=",".join(PROTOCOLS),
+        help="rebalance protocols to run the scale-out phase under, comma-separated "
+        "(default: %(default)s; 'none' for no scale-out phase)",
+    )
+    parser.add_argument(
+        "--steady-s", type=float, default=20.0, help="scale-out phase: seconds before the join"
+    )
+    parser.add_argument(
+        "--tail-s", type=float, default=5.0, help="scale-out phase: seconds of traffic after"
+    )
+    parser.add_argument(
+        "--scale-out-timeout",
+        type=float,
+        default=120.0,
+        help="scale-out phase: seconds the group may take to settle after the join",
     )
     args = parser.parse_args(argv)
+    protocols = [] if args.scale_out == "none" else args.scale_out.split(",")
+    if set(protocols) - set(PROTOCOLS):
+        parser.error(f"--scale-out: {', '.join(PROTOCOLS)} or none")
+    engine_names = [] if args.engines == "none" else args.engines.split(",")
 
     data_dir = Path(tempfile.mkdtemp(prefix="streamapp-bench-"))
     run = uuid.uuid4().hex[:8]
@@ -293,16 +530,23 @@ def main(argv: list[str] | None = None) -> int:
             "streamapp": run_streamapp,
             "spark": run_spark,
         }
-        phases = [(name, engines[name]) for name in args.engines.split(",")]
+        phases = [(name, engines[name]) for name in engine_names]
         results = []
         for name, run_engine in phases:
             say(f"== {name}")
             results.append(run_engine(bootstrap, topology, data_dir, args))
-        print(
-            f"ad-click join, {args.events} records for throughput, {args.latency_events} at "
-            f"{args.rate:.0f}/s for latency, 6 partitions, window {topology.window_ms} ms"
-        )
-        print(table(results))
+        scale_outs = []
+        for protocol in protocols:
+            say(f"== scale-out, {protocol}")
+            scale_outs.append(run_scale_out(protocol, bootstrap, run, data_dir, args))
+        if results:
+            print(
+                f"ad-click join, {args.events} records for throughput, {args.latency_events} at "
+                f"{args.rate:.0f}/s for latency, 6 partitions, window {topology.window_ms} ms"
+            )
+            print(table(results))
+        if scale_outs:
+            print(scale_out_table(scale_outs, args))
         return 0
     finally:
         if broker is not None:

@@ -1,6 +1,6 @@
 """How long the surviving workers stand still when one worker is killed and restarted at once.
 
-Three `streamapp worker` processes of ``tests/integration/apps/rebalance.py`` (session timeout
+Three `streamapp worker` processes of ``bench/apps/rebalance_app.py`` (session timeout
 8 s) load KEYS keys; then one of them is killed with SIGKILL and restarted on its data dir at
 once, and events keep arriving on every partition. Measured, once with static members and once
 with dynamic ones, on one broker:
@@ -20,7 +20,6 @@ are wall-clock times: meaningful only on a machine doing nothing else.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import signal
 import tempfile
@@ -30,7 +29,6 @@ from pathlib import Path
 from bench.rebalance import ACCEPTABLE_LAG, PARTITIONS, Run
 from streamapp.kafka import LocalKafka
 from streamapp.kafka.probe import free_port
-from streamapp.testing.kafka_io import create_topic
 
 MODES = ("static", "dynamic")
 TAIL_EVENTS = 1200
@@ -48,7 +46,7 @@ def measure(mode: str, bootstrap: str, root: Path, keys: int) -> dict[str, float
         REBALANCE_PROBING_S="10",
     )
     run = Run(mode, app_id, bootstrap, root / app_id, keys)
-    asyncio.run(create_topic(bootstrap, run.topic, PARTITIONS))
+    run.create_topics()
     try:
         for name in ("w1", "w2", "w3"):
             run.start(name)

@@ -1,0 +1,1 @@
+"""What the benchmarks share and measure with, apart from the apps they run (``bench/apps``)."""
