@@ -24,7 +24,8 @@ What stays as it was:
   sends only after every record of it is acknowledged). A crash before that commit leaves the
   batch uncommitted: it is processed again, as with Faust's buffer.
 - The changelog partition is the one Faust's table picks (``partition_for_key``: the batch's
-  partition); a table that partitions by key (``use_partitioner``) keeps Faust's path.
+  partition); a table that partitions by key (``use_partitioner``) keeps Faust's path, and so
+  does every table of an app whose producer is threaded (``producer_threaded``).
 - Records of one changelog partition reach the producer in the order the writes were made.
 
 Not kept: Faust's producer sensors (``on_send_initiated`` / ``on_send_completed``) and the
@@ -139,11 +140,12 @@ class _PersistOffset:
 
 def begin(app: AppT, source: TP) -> BatchChangelog | None:
     """Collect the changelog records of a batch of ``source`` from here on (None: this app's
-    producer is not Faust's aiokafka one, or no transaction commits ``source``; table writes
-    then take Faust's path)."""
+    producer is not Faust's aiokafka one or is threaded, or no transaction commits ``source``;
+    table writes then take Faust's path)."""
     faust_producer = app.producer
     changelog: BatchChangelog | None = None
-    if isinstance(faust_producer, FaustProducer):
+    # A threaded producer (``producer_threaded``) sends from its own loop: Faust's path.
+    if isinstance(faust_producer, FaustProducer) and not app.conf.producer_threaded:
         if not app.in_transaction:
             changelog = BatchChangelog(app, faust_producer, None)
         else:

@@ -176,3 +176,10 @@ async def test_no_transaction_for_the_source_keeps_fausts_path(
     with mock.patch.object(batch_changelog, "source_transactional_id", return_value=None):
         assert batch_changelog.begin(app, SOURCE) is None
     assert batch_changelog.current() is None
+
+
+async def test_a_threaded_producer_keeps_fausts_path(tmp_path: Path, in_batch: None) -> None:
+    app, counts, buffered = _app(tmp_path, producer_threaded=True)
+    assert batch_changelog.begin(app, SOURCE) is None
+    counts["a"] = 1
+    assert len(buffered) == 1
