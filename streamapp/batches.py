@@ -22,6 +22,10 @@ Guarantees, the same as for a record of Faust's stream:
 - While a batch is processed, Faust's ``current_event()`` is its last record: a table write
   goes to the changelog partition of the batch's partition, a send to that partition's
   transaction (one partition per batch is what makes this right for every record of it).
+- A table's changelog records of a batch go to the Kafka client's producer together as the
+  batch ends, before its ack (`streamapp.faust_compat.batch_changelog`): in the batch's
+  transaction under exactly_once, and the store's persisted offset written once per changelog
+  partition of the batch, when its last record is delivered.
 - A record fetched under an earlier generation, or taken while the flow is stopped for a
   rebalance, is acked unprocessed, as Faust's stream skips it.
 - A batch the agent does not finish (its body raised, it broke out of the loop, or it was
@@ -47,6 +51,7 @@ from weakref import WeakKeyDictionary
 
 from faust.types import TP, ChannelT, EventT, StreamT
 
+from streamapp.faust_compat import batch_changelog
 from streamapp.faust_compat.batch_stream import ack_batch, set_current_event, stop_iteration
 from streamapp.faust_compat.transport import Consumer as StreamappConsumer
 
@@ -186,9 +191,12 @@ async def batches(
                     on_message_out(message.tp, message.offset, message)
             for batch in by_partition(ready):
                 out = batch
+                changelog = batch_changelog.begin(app, batch.tp)
                 set_current_event(stream, batch.events[-1])
                 yield batch
                 set_current_event(stream, None)
+                # Before the ack: a commit covering the batch comes after its changelog records.
+                await batch_changelog.end(changelog)
                 out = None
                 for message in ack_batch(consumer, [event.message for event in batch.events]):
                     on_message_out(message.tp, message.offset, message)
@@ -197,6 +205,7 @@ async def batches(
             await asyncio.sleep(0)
     finally:
         set_current_event(stream, None)
+        batch_changelog.forget()
         if out is not None:
             _abandon(stream, out)
         stop_iteration(stream)

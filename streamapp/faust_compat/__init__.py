@@ -11,14 +11,10 @@ requests of a static member (`static_membership`); Faust's table writes, encoded
 (`encode_once`); the expiry heap of its windowed tables, rebuilt after a recovery
 (`window_expiry`); its rebalance handlers, made incremental under the cooperative protocol
 (`incremental`); its fetch loop's hand-out of each record, without a task per record
-<<<<<<< HEAD
-(`eager_hand_out`); its exactly_once sends, in the transaction of the record they are made
-for (`sends`); the offsets reader's metadata of topics it finds unknown (`unknown_topics`).
-=======
 (`eager_hand_out`); its stream's acks and current event for an agent over batches
-(`batch_stream`); its exactly_once sends, in the transaction of the record they are made
-for (`sends`).
->>>>>>> h44
+(`batch_stream`), and a batch's changelog records, sent together (`batch_changelog`); its
+exactly_once sends, in the transaction of the record they are made for (`sends`); the offsets
+reader's metadata of topics it finds unknown (`unknown_topics`).
 Every private name those rely on is listed in `PRIVATE_NAMES` below, and nowhere else in
 streamapp is one named (a unit test reads every module for them).
 
@@ -133,6 +129,11 @@ PRIVATE_NAMES: dict[str, tuple[str, ...]] = {
     "faust.transport.consumer:TransactionManager": (
         "_tps_to_transactional_ids",  # sends: the transaction of a source partition
     ),
+    "faust.transport.drivers.aiokafka:Producer": (
+        "_producer",  # batch_changelog: a batch's changelog records, on aiokafka's producer
+        "_transaction_producers",
+        "_trn_locks",
+    ),
     "faust.stores.rocksdb:Store": ("_dbs", "_key_index"),
     "faust.stores.base:SerializedStore": (
         "_encode_key",  # encode_once: one encoding per key and value a write needs
@@ -145,6 +146,9 @@ PRIVATE_NAMES: dict[str, tuple[str, ...]] = {
     "faust.tables.base:Collection": (
         "_maybe_set_key_ttl",
         "_sensor_on_set",
+        "_maybe_del_key_ttl",  # encode_once: a deletion in a batch, as Faust's on_key_del
+        "_sensor_on_del",
+        "_on_changelog_sent",  # batch_changelog: the persisted offset, once per batch
         "_should_expire_keys",  # window_expiry: the heap rebuilt after a recovery (faust #385)
         "_partition_timestamps",
         "_partition_timestamp_keys",

@@ -36,6 +36,8 @@ import faust
 from faust.serializers.schemas import Schema
 from faust.stores.base import SerializedStore
 
+from streamapp.faust_compat import batch_changelog
+
 #: Keys immutable enough to be reused by identity between a read and the write after it.
 _MEMO_KEY_TYPES = (str, bytes, int)
 
@@ -47,6 +49,7 @@ class Table(faust.Table[Any, Any]):
     _last_key: Any = None
     _last_key_bytes: bytes | None = None
     _encodes_once: bool | None = None  # decided at the first read or write
+    _batch_changelog_topic: str | None = None  # the changelog topic's name, for batches
 
     def __getitem__(self, key: Any) -> Any:
         store = self._serialized_store()
@@ -66,6 +69,16 @@ class Table(faust.Table[Any, Any]):
             return super().__setitem__(key, value)
         key_bytes = self._key_bytes(store, key)
         value_bytes = store._encode_value(value)
+        changelog = batch_changelog.current()
+        if changelog is not None:
+            partition = self.partition_for_key(key)
+            if partition is not None:
+                # In a batch: the record joins the batch's, sent as the batch ends.
+                self._add_to_batch(changelog, key, partition, key_bytes, value_bytes)
+                self._maybe_set_key_ttl(key, partition)
+                self._sensor_on_set(self, key, value)
+                store._set(key_bytes, value_bytes)
+                return None
         # Faust's on_key_set, then the store's write, in that order, with the bytes above: the
         # changelog topic takes bytes as they are ("raw").
         fut = self.send_changelog(
@@ -80,6 +93,43 @@ class Table(faust.Table[Any, Any]):
         self._maybe_set_key_ttl(key, partition)
         self._sensor_on_set(self, key, value)
         store._set(key_bytes, value_bytes)
+
+    def on_key_del(self, key: Any) -> None:
+        # ``del table[key]``, ``pop`` and ``clear``: in a batch, the deletion's record goes in
+        # the batch's changelog, after the writes before it, as Faust's on_key_del would.
+        store, changelog, partition = self._batch_target(key)
+        if store is None or changelog is None or partition is None:
+            return super().on_key_del(key)
+        self._add_to_batch(changelog, key, partition, self._key_bytes(store, key), None)
+        self._maybe_del_key_ttl(key, partition)
+        self._sensor_on_del(self, key)
+        return None
+
+    def _batch_target(
+        self, key: Any
+    ) -> tuple[SerializedStore[Any, Any] | None, batch_changelog.BatchChangelog | None, int | None]:
+        """The store, the batch's changelog and the changelog partition of a write in a batch
+        (Nones outside one, or for a table that keeps Faust's way)."""
+        changelog = batch_changelog.current()
+        if changelog is None:
+            return None, None, None
+        store = self._serialized_store()
+        if store is None:
+            return None, None, None
+        return store, changelog, self.partition_for_key(key)
+
+    def _add_to_batch(
+        self,
+        changelog: batch_changelog.BatchChangelog,
+        key: Any,
+        partition: int,
+        key_bytes: bytes,
+        value_bytes: bytes | None,
+    ) -> None:
+        topic = self._batch_changelog_topic
+        if topic is None:
+            topic = self._batch_changelog_topic = self.changelog_topic.get_topic_name()
+        changelog.add(self, topic, partition, key_bytes, value_bytes)
 
     def _key_bytes(self, store: SerializedStore[Any, Any], key: Any) -> bytes:
         if key is self._last_key and self._last_key_bytes is not None:

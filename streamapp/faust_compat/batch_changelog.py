@@ -1,0 +1,173 @@
+"""The changelog records of a batch's table writes, sent together on the Kafka client's producer.
+
+Faust sends a table write's changelog record through its per-record path: a ``FutureMessage``
+made by ``Topic.send_soon``, put in the producer's buffer, taken off it by another task, sent
+by ``publish_message`` (sensors, a ``send`` per record, a done callback per record), and at
+delivery ``_on_changelog_sent`` writes the store's persisted offset, a rocksdict put per
+record. While `streamapp.batches` hands an agent a batch, a table write (`encode_once.Table`)
+appends its encoded key and value to the batch's `BatchChangelog` instead, and the batch's
+end, before its ack, hands them to aiokafka's ``send`` (its accumulator batches them, as
+Faust's would): no Faust object per record, and one done callback per changelog partition of
+the batch, on its last record, which writes the persisted offset once (after the data: the
+store was written as each write was made).
+
+What stays as it was:
+
+- Under exactly_once the records go to the transactional producer Faust commits the batch's
+  partition with (`streamapp.faust_compat.sends.source_transactional_id`), under Faust's lock
+  of that transaction (its commit and the next begin take it), so they are in the transaction
+  that commits the batch's offsets; the persisted offset is kept for that commit
+  (``persist_offset_on_commit``), as Faust's callback does.
+- The batch is acked after its records were handed to the producer: a commit covering the
+  batch comes after them, and it flushes the producer first (Faust's at-least-once commit
+  awaits ``producer.flush()``; an exactly_once commit ends the transaction, which aiokafka
+  sends only after every record of it is acknowledged). A crash before that commit leaves the
+  batch uncommitted: it is processed again, as with Faust's buffer.
+- The changelog partition is the one Faust's table picks (``partition_for_key``: the batch's
+  partition); a table that partitions by key (``use_partitioner``) keeps Faust's path, and so
+  does every table of an app whose producer is threaded (``producer_threaded``).
+- Records of one changelog partition reach the producer in the order the writes were made.
+
+Not kept: Faust's producer sensors (``on_send_initiated`` / ``on_send_completed``) and the
+app's ``on_produce_message`` signal are not called for these records. A batch its agent does
+not finish sends none of its changelog records (it is not acked either: it is processed again
+after the restart).
+
+Faust private names this relies on (checked at import, `streamapp.faust_compat.PRIVATE_NAMES`):
+``faust.transport.drivers.aiokafka.Producer._producer``, ``_transaction_producers`` and
+``_trn_locks`` (the aiokafka producers Faust sends with, and the lock of each transaction).
+Delete when Faust sends a table's changelog records in batches.
+Tests: tests/unit/streamapp/faust_compat/test_batch_changelog.py;
+tests/integration/test_batch_agent.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from contextvars import ContextVar
+from typing import Any
+
+import aiokafka
+from aiokafka.errors import KafkaError
+from faust.exceptions import ProducerSendError
+from faust.transport.drivers.aiokafka import Producer as FaustProducer
+from faust.types import TP, AppT
+
+from streamapp.faust_compat.sends import source_transactional_id
+
+logger = logging.getLogger(__name__)
+
+#: The changelog of the batch being processed in this task, if it sends its own.
+_current: ContextVar[BatchChangelog | None] = ContextVar("streamapp_batch_changelog", default=None)
+
+
+class BatchChangelog:
+    """The changelog records of one batch's table writes, in write order (see the module)."""
+
+    def __init__(self, app: AppT, producer: FaustProducer, transactional_id: str | None) -> None:
+        self.app = app
+        self.faust_producer = producer
+        self.transactional_id = transactional_id  # the batch's transaction, under exactly_once
+        #: (table, changelog topic, partition, key, value or None for a deletion)
+        self.records: list[tuple[Any, str, int, bytes, bytes | None]] = []
+
+    def add(self, table: Any, topic: str, partition: int, key: bytes, value: bytes | None) -> None:
+        self.records.append((table, topic, partition, key, value))
+
+    async def send(self) -> None:
+        """Hand every record to the producer; the persisted offsets follow their delivery."""
+        records, self.records = self.records, []
+        if not records:
+            return
+        faust_producer = self.faust_producer
+        tid = self.transactional_id
+        if tid is None:
+            await self.app.maybe_start_producer()
+            producer = faust_producer._producer
+            if producer is None:
+                raise ProducerSendError("the producer stopped before a batch's changelog was sent")
+            last = await _send(producer, records)
+        else:
+            # Faust's send in a transaction: its producer, under its lock (a commit and the
+            # next begin hold it), or the same error as Faust's when there is none.
+            producer = faust_producer._transaction_producers.get(tid)
+            if producer is None:
+                raise ProducerSendError(f"No transaction producer found for : {tid}")
+            async with faust_producer._trn_locks[tid]:
+                last = await _send(producer, records)
+        for (table, _), fut in last.items():
+            fut.add_done_callback(_PersistOffset(table))
+
+
+async def _send(
+    producer: aiokafka.AIOKafkaProducer, records: list[tuple[Any, str, int, bytes, bytes | None]]
+) -> dict[tuple[Any, int], asyncio.Future[Any]]:
+    """Each record to the producer's accumulator; the future of each table's and changelog
+    partition's last record (the partition's records are delivered in order)."""
+    send = producer.send
+    last: dict[tuple[Any, int], asyncio.Future[Any]] = {}
+    try:
+        for table, topic, partition, key, value in records:
+            last[table, partition] = await send(topic, value, key=key, partition=partition)
+    except KafkaError as exc:
+        raise ProducerSendError(f"Error while sending: {exc!r}") from exc
+    return last
+
+
+class _PersistOffset:
+    """At a changelog partition's last delivered record of a batch: what Faust's
+    ``Table._on_changelog_sent`` does for each record."""
+
+    def __init__(self, table: Any) -> None:
+        self.table = table
+
+    def __call__(self, fut: asyncio.Future[Any]) -> None:
+        if fut.cancelled():
+            return
+        exc = fut.exception()
+        if exc is not None:
+            # Faust's publish logs a failed changelog send and goes on; so does this. The
+            # offset is not written: the store keeps claiming the earlier one.
+            logger.warning(
+                "streamapp: changelog records of table %r were not delivered: %r",
+                self.table.name,
+                exc,
+            )
+            return
+        self.table._on_changelog_sent(fut)
+
+
+def begin(app: AppT, source: TP) -> BatchChangelog | None:
+    """Collect the changelog records of a batch of ``source`` from here on (None: this app's
+    producer is not Faust's aiokafka one or is threaded, or no transaction commits ``source``;
+    table writes then take Faust's path)."""
+    faust_producer = app.producer
+    changelog: BatchChangelog | None = None
+    # A threaded producer (``producer_threaded``) sends from its own loop: Faust's path.
+    if isinstance(faust_producer, FaustProducer) and not app.conf.producer_threaded:
+        if not app.in_transaction:
+            changelog = BatchChangelog(app, faust_producer, None)
+        else:
+            tid = source_transactional_id(app, source)
+            if tid is not None:
+                changelog = BatchChangelog(app, faust_producer, tid)
+    _current.set(changelog)
+    return changelog
+
+
+async def end(changelog: BatchChangelog | None) -> None:
+    """The batch's writes are done: send its changelog records."""
+    _current.set(None)
+    if changelog is not None:
+        await changelog.send()
+
+
+def forget() -> None:
+    """A batch left unfinished: its writes no longer go to its changelog."""
+    _current.set(None)
+
+
+def current() -> BatchChangelog | None:
+    """The changelog of the batch being processed in this task, if it sends its own."""
+    return _current.get()
