@@ -49,12 +49,14 @@ def assignor(tmp_path: Path) -> StreamappPartitionAssignor:
     return app.assignor
 
 
-def _member(client: str, protocol: str, owned: list[int], *, kept: bool = False) -> bytes:
+def _member(
+    client: str, protocol: str, owned: list[int], *, kept: bool = False, generation: int = 1
+) -> bytes:
     meta = MemberMetadata(
         client_id=client,
         url=f"http://{client}:1",
         host=client,
-        generation=1,
+        generation=generation,
         owned_active={TOPIC: owned} if owned else {},
         protocol=protocol,
         kept_owned=kept,
@@ -100,6 +102,27 @@ def test_all_cooperative_withholds_a_moving_partition_for_one_round(
     assert plan["a"][0] == kept
     assert sorted(plan["b"][0]) == sorted(set(range(4)) - set(kept))
     assert not plan["a"][2]
+
+
+def test_a_kept_partition_is_withheld_even_when_its_claim_is_not_trusted(
+    assignor: StreamappPartitionAssignor,
+) -> None:
+    # The leader has seen generation 2 at most (its own first plan); a claims generation 9, so
+    # its claims count for nothing in the plan's stickiness. But a kept its partitions through
+    # the join and is processing them: none may go to b before a has given it up.
+    first = _plan(
+        assignor, {"w1": _member("w1", "cooperative", []), "c": _member("c", "eager", [])}
+    )
+    assert first  # the leader now knows generation 2
+    plan = _plan(
+        assignor,
+        {
+            "a": _member("a", "cooperative", [0, 1, 2, 3], kept=True, generation=9),
+            "b": _member("b", "cooperative", []),
+        },
+    )
+    assert plan["b"][0] == []  # what moves to b is only taken from a this round
+    assert plan["a"][2]  # ... and handed to b in the follow-up
 
 
 def test_a_mixed_group_runs_eager(assignor: StreamappPartitionAssignor) -> None:
