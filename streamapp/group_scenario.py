@@ -100,7 +100,7 @@ def check_facts(
     above: dict[str, int] = {}
     not_counted: dict[str, dict[str, list[int]]] = {}
     refused: set[str] = set()
-    kept: dict[str, dict[str, list[int]]] = {}
+    kept_through_join: dict[str, dict[str, list[int]]] = {}
     known_false = false_offsets or {}
     for member_id, facts in members.items():
         meta = facts.metadata
@@ -108,7 +108,7 @@ def check_facts(
             checked[member_id] = facts
             continue
         if meta.kept_owned and meta.owned_active:
-            kept[member_id] = _lists(meta.owned_active)
+            kept_through_join[member_id] = _lists(meta.owned_active)
         false_here = set(known_false.get(member_id, ()))
         offsets: dict[str, dict[int, int]] = {}
         for topic, parts in meta.offsets.items():
@@ -145,7 +145,7 @@ def check_facts(
         above,
         not_counted,
         frozenset(refused),
-        {m: claims for m, claims in kept.items() if m not in refused},
+        {m: claims for m, claims in kept_through_join.items() if m not in refused},
     )
 
 
