@@ -61,7 +61,7 @@ from streamapp.group_scenario import (
     shares_from_result,
     with_global_tables,
 )
-from streamapp.settings import RebalanceProtocol, StreamappSettings
+from streamapp.settings import RebalanceProtocol, StreamappSettings, is_given
 from tables.identity import load_or_create_client_id
 from tables.inventory import LocalStateInventory
 from tables.ownership import Ownership, load_ownership, save_ownership
@@ -201,12 +201,14 @@ class StreamappPartitionAssignor(FaustPartitionAssignor):
         if self.app.in_transaction:
             # Faust's transaction manager opens and ends producers per rebalance for the whole
             # assignment: keeping partitions through a rebalance is not checked under it yet.
-            self._warn_once(
-                "",
-                "cooperative-eos",
-                "rebalance_protocol cooperative is not supported under exactly_once yet: "
-                "this worker runs eager",
-            )
+            # Said only to whoever asked for cooperative: it is the default.
+            if is_given("rebalance_protocol", getattr(self.app, "streamapp_keywords", None)):
+                self._warn_once(
+                    "",
+                    "cooperative-eos",
+                    "rebalance_protocol cooperative is not supported under exactly_once yet: "
+                    "this worker runs eager",
+                )
             return False
         return True
 
