@@ -13,7 +13,8 @@
    target gets no standby of the same task, and is preferred for one when it
    got no warmup);
 6. the cooperative protocol: a partition changing member is revoked: listed
-   in ``revoking`` of the member that held it, active nowhere this round.
+   in ``revoking`` of the member that held it, active nowhere this round, and
+   no replica on that member either (it comes back as one in the follow-up).
 
 Steps 1-5 are `decide`; the eager result is built straight from its
 per-group arrays by `result.build_task_result`, the cooperative one
@@ -119,6 +120,26 @@ def _revoke_moving_partitions(
     return active, revoking
 
 
+def _withhold_replicas_of_revoked(
+    revoking: dict[str, dict[str, list[int]]], standby: _Placement, warmup: _Placement
+) -> None:
+    """A member gives up what it revokes entirely for the round: no replica of it there either.
+
+    An old owner is often the best standby of the task it hands over (its store is caught up).
+    Kept in its Kafka assignment as a standby, the changelog partition would change role without
+    being revoked or newly assigned, and the worker's handlers, which act on those, would never
+    start replaying it. Given up now, it comes back as a standby in the follow-up, new to them.
+    """
+    for member_id, by_topic in revoking.items():
+        for topic, gone in by_topic.items():
+            for replicas in (standby[member_id], warmup[member_id]):
+                kept = replicas.get(topic)
+                if kept:
+                    replicas[topic] = [p for p in kept if p not in gone]
+                    if not replicas[topic]:
+                        del replicas[topic]
+
+
 def decide(scenario: Scenario, grouping: Grouping) -> tuple[Decision, int]:
     """Steps 1-5 of the module docs: the decision, and how many tasks were held back."""
     groups = list(grouping.groups)
@@ -163,6 +184,7 @@ def assign_stateful(scenario: Scenario, grouping: Grouping) -> dict[str, Any]:
         )
     active, standby, warmup = placements(grouping, decision)
     active, revoking = _revoke_moving_partitions(scenario, active)
+    _withhold_replicas_of_revoked(revoking, standby, warmup)
     return build_result(
         "stateful",
         scenario,

@@ -503,6 +503,11 @@ def _cooperative_step(s: Scenario) -> tuple[Scenario, Result]:
             assert set(partitions) <= set(owned.get(topic, ()))
             for share in step["members"].values():
                 assert not set(partitions) & set(share["active"].get(topic, ()))
+            # Given up entirely for the round: no replica of it on that member either (its
+            # worker would see a role change, neither revoked nor newly assigned).
+            mine = step["members"][member_id]
+            for replicas in (mine["standby"], mine["warmup"]):
+                assert not set(partitions) & set(replicas.get(topic, ()))
     if revoking:
         assert step["followup_rebalance"] is True
     return cooperative, step
