@@ -193,11 +193,12 @@ def test_under_exactly_once_a_worker_runs_eager_and_says_so_only_if_cooperative_
         web_port=6124,
     )
     app.in_worker = True  # as under `streamapp worker`: Faust's transactions are on
-    app.streamapp_settings = StreamappSettings(client_id="w1")  # type: ignore[attr-defined]
+    app.streamapp_settings = StreamappSettings(  # type: ignore[attr-defined]
+        client_id="w1", rebalance_protocol=RebalanceProtocol.COOPERATIVE
+    )
     app.streamapp_keywords = {"rebalance_protocol": "cooperative"} if chosen else {}  # type: ignore[attr-defined]
     assignor = app.assignor
     assert isinstance(assignor, StreamappPartitionAssignor)
-    assert assignor.settings.rebalance_protocol is RebalanceProtocol.COOPERATIVE  # the default
     assert decode_metadata(assignor.metadata({TOPIC}).user_data).protocol == "eager"
     warned = [r for r in caplog.records if "not supported under exactly_once" in r.getMessage()]
     assert len(warned) == (1 if chosen else 0)
