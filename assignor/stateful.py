@@ -13,7 +13,8 @@
    target gets no standby of the same task, and is preferred for one when it
    got no warmup);
 6. the cooperative protocol: a partition changing member is revoked: listed
-   in ``revoking`` of the member that held it, active nowhere this round.
+   in ``revoking`` of the member that held it, active nowhere this round, and
+   no replica on that member either (it comes back as one in the follow-up).
 
 Steps 1-5 are `decide`; the eager result is built straight from its
 per-group arrays by `result.build_task_result`, the cooperative one
@@ -88,7 +89,12 @@ def _warmups(scenario: Scenario, held_back: dict[Task, int]) -> dict[Task, int]:
 def _revoke_moving_partitions(
     scenario: Scenario, active: _Placement
 ) -> tuple[_Placement, dict[str, dict[str, list[int]]]]:
-    """Cooperative protocol: nobody gets a partition its old member still holds."""
+    """Cooperative protocol: nobody gets a partition its old member still holds.
+
+    What a member holds is what it claims (``owned_active``, as checked) and what it says it
+    kept through the join (``kept_active``, unchecked): a claim the other rules do not trust
+    (a generation the leader never saw) is still a partition that member is processing.
+    """
     owner_of: dict[tuple[str, int], str] = {}
     for member_id, by_topic in active.items():
         for topic, partitions in by_topic.items():
@@ -97,8 +103,11 @@ def _revoke_moving_partitions(
     revoking: dict[str, dict[str, list[int]]] = {}
     taken_back: dict[str, dict[str, set[int]]] = {}
     for member_id, member in scenario.members.items():
-        for topic, owned in member.owned_active.items():
-            for p in owned:
+        held = {t: set(ps) for t, ps in member.owned_active.items()}
+        for topic, kept in member.kept_active.items():
+            held.setdefault(topic, set()).update(kept)
+        for topic, owned in sorted(held.items()):
+            for p in sorted(owned):
                 new_owner = owner_of.get((topic, p))
                 if new_owner == member_id:
                     continue
@@ -109,6 +118,26 @@ def _revoke_moving_partitions(
         for topic, gone in revoked.items():
             active[member_id][topic] = [p for p in active[member_id][topic] if p not in gone]
     return active, revoking
+
+
+def _withhold_replicas_of_revoked(
+    revoking: dict[str, dict[str, list[int]]], standby: _Placement, warmup: _Placement
+) -> None:
+    """A member gives up what it revokes entirely for the round: no replica of it there either.
+
+    An old owner is often the best standby of the task it hands over (its store is caught up).
+    Kept in its Kafka assignment as a standby, the changelog partition would change role without
+    being revoked or newly assigned, and the worker's handlers, which act on those, would never
+    start replaying it. Given up now, it comes back as a standby in the follow-up, new to them.
+    """
+    for member_id, by_topic in revoking.items():
+        for topic, gone in by_topic.items():
+            for replicas in (standby[member_id], warmup[member_id]):
+                kept = replicas.get(topic)
+                if kept:
+                    replicas[topic] = [p for p in kept if p not in gone]
+                    if not replicas[topic]:
+                        del replicas[topic]
 
 
 def decide(scenario: Scenario, grouping: Grouping) -> tuple[Decision, int]:
@@ -155,6 +184,7 @@ def assign_stateful(scenario: Scenario, grouping: Grouping) -> dict[str, Any]:
         )
     active, standby, warmup = placements(grouping, decision)
     active, revoking = _revoke_moving_partitions(scenario, active)
+    _withhold_replicas_of_revoked(revoking, standby, warmup)
     return build_result(
         "stateful",
         scenario,

@@ -295,6 +295,7 @@ class StreamappPartitionAssignor(FaustPartitionAssignor):
             ),
             broker_ends=broker_ends,
             protocol=plan_protocol,
+            kept_active=checked.kept_active,
         )
         result = assignor.plan(scenario, strategy=self.strategy)
         generation = next_generation(facts.values())

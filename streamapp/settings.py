@@ -65,8 +65,9 @@ class StreamappSettings:
     # back at once instead of the group waiting out the old member's session timeout, and the
     # id it joins under (its client id) is already unique per worker.
     static_membership: bool = True
-    # Eager by default for now: Faust's own rebalance handling still stops every partition, so
-    # cooperative saves the revocation of kept partitions only (issue 15 makes it incremental).
+    # Eager by default until the incremental handling passes the whole integration suite: with
+    # cooperative as the default, a standby promoted to active in an incremental rebalance
+    # replayed its changelog from further back than its lag (test_worker_rebalance's crash test).
     rebalance_protocol: RebalanceProtocol = RebalanceProtocol.EAGER
 
     def _as_enum(self, name: str, kind: type[StrEnum]) -> None:

@@ -106,6 +106,8 @@ def test_the_rebalance_protocol_is_eager_unless_asked_and_refuses_others() -> No
     assert resolve({}, env={}, options={}).rebalance_protocol is RebalanceProtocol.EAGER
     chosen = resolve({"rebalance_protocol": "cooperative"}, env={}, options={})
     assert chosen.rebalance_protocol is RebalanceProtocol.COOPERATIVE
+    from_env = resolve({}, env={"STREAMAPP_REBALANCE_PROTOCOL": "cooperative"}, options={})
+    assert from_env.rebalance_protocol is RebalanceProtocol.COOPERATIVE
     with pytest.raises(SettingsError, match="STREAMAPP_REBALANCE_PROTOCOL='sticky'"):
         resolve({}, env={"STREAMAPP_REBALANCE_PROTOCOL": "sticky"}, options={})
     with pytest.raises(SettingsError, match="rebalance_protocol must be one of eager, coop"):
