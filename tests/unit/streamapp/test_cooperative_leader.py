@@ -180,9 +180,8 @@ def test_a_member_keeps_its_partitions_only_once_the_group_runs_cooperative(
     assert not assignor.keeps_owned_through_join()
 
 
-@pytest.mark.parametrize("chosen", [False, True])
-def test_under_exactly_once_a_worker_runs_eager_and_says_so_only_if_cooperative_was_chosen(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture, chosen: bool
+def test_under_exactly_once_a_worker_speaks_cooperative_when_asked(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     app = faust.App(
         "sa-coop-eos",
@@ -196,9 +195,9 @@ def test_under_exactly_once_a_worker_runs_eager_and_says_so_only_if_cooperative_
     app.streamapp_settings = StreamappSettings(  # type: ignore[attr-defined]
         client_id="w1", rebalance_protocol=RebalanceProtocol.COOPERATIVE
     )
-    app.streamapp_keywords = {"rebalance_protocol": "cooperative"} if chosen else {}  # type: ignore[attr-defined]
     assignor = app.assignor
     assert isinstance(assignor, StreamappPartitionAssignor)
-    assert decode_metadata(assignor.metadata({TOPIC}).user_data).protocol == "eager"
-    warned = [r for r in caplog.records if "not supported under exactly_once" in r.getMessage()]
-    assert len(warned) == (1 if chosen else 0)
+    # Incremental rebalances end and open each partition's transaction
+    # (streamapp.faust_compat.incremental): no fallback to eager, and nothing to warn about.
+    assert decode_metadata(assignor.metadata({TOPIC}).user_data).protocol == "cooperative"
+    assert not [r for r in caplog.records if "exactly_once" in r.getMessage()]
