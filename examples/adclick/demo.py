@@ -187,11 +187,12 @@ async def _wait_aggregated(
         for w in workers:
             if not w.alive():
                 raise RuntimeError(f"{w.name} died:\n{w.log_tail()}")
-        lag = await kafka_io.group_lag(bootstrap, topology.app_id, topics)
-        if lag == 0:
+        # Not group_lag: the join writes these topics in transactions under exactly_once.
+        left = await kafka_io.uncommitted_records(bootstrap, topology.app_id, topics)
+        if left == 0:
             return
         if time.monotonic() - start > timeout:
-            say(f"gave up waiting for the per-campaign aggregate ({lag} records not committed)")
+            say(f"gave up waiting for the per-campaign aggregate ({left} records not committed)")
             return
         await asyncio.sleep(2.0)
 
