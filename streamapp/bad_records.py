@@ -30,7 +30,9 @@ The two kinds of bad record:
    being processed (before the first one, or over a batch of ``stream.take()``, whose stream
    acks by hand), and those of streams with manual acks go Faust's way. Effects the failed record
    had before it raised (table writes, records sent) stay, as with KIP-1033's ``CONTINUE``;
-   under exactly_once they commit with the record's offset.
+   under exactly_once they commit with the record's offset. An agent over batches
+   (`streamapp.batches`) catches a record's error itself and hands the record to
+   `handle_record_error`, which applies the same policy.
 
 The functions and classes before `BadRecords` are pure and tested on their own; the rest meets
 Faust. Faust names relied on (faust-streaming 0.15.3), each where it is used:
@@ -85,6 +87,7 @@ __all__ = [
     "default_dead_letter_topic",
     "error_text",
     "guard_agent_fun",
+    "handle_record_error",
     "is_record_error",
 ]
 
@@ -372,6 +375,27 @@ def bad_records_of(app: AppT) -> BadRecords | None:
     """The app's `BadRecords`; None for an app that is not a `streamapp.App` (Faust's way)."""
     handler = getattr(app, "streamapp_bad_records", None)
     return handler if isinstance(handler, BadRecords) else None
+
+
+async def handle_record_error(
+    app: AppT, message: Message, error: Exception, agent: str | None = None
+) -> bool:
+    """Apply the app's policy to a record whose processing raised ``error``, for an agent that
+    catches its records' errors itself: a batch agent (`streamapp.batches`), where the policy
+    does not apply on its own because one record cannot be blamed for a raising batch.
+
+    The record is skipped or dead-lettered (delivered before this returns, under exactly_once
+    in the transaction of the record's partition) and counted as `Agent` would; True. False
+    under ``fail``, or for an app that is not a `streamapp.App`: the caller raises. Raises
+    `DeadLetterError` when the dead letter cannot be delivered.
+    """
+    handler = bad_records_of(app)
+    if handler is None:
+        return False
+    record = BadRecord(
+        message.topic, message.partition, message.offset, Stage.PROCESSING, error, agent
+    )
+    return await handler.on_bad_record(record, message)
 
 
 class Topic(faust.Topic):

@@ -47,6 +47,8 @@ class DemoResult:
     restarts: int  # of the killed worker
     pending_at_end: int  # clicks still waiting for their impression when the run stopped
     dead_letter_sources: set[tuple[str, str, str]]  # (topic, partition, offset) refused
+    # campaign -> clicks (if any), as the per-campaign aggregate (a batch agent) counted them
+    campaign_clicks: dict[str, int] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
     report: dict[str, Path] = field(default_factory=dict)
 
@@ -174,6 +176,39 @@ async def _wait_complete(
         await asyncio.sleep(2.0)
 
 
+async def _wait_aggregated(
+    bootstrap: str, topology: Topology, workers: list[Worker], timeout: float
+) -> None:
+    """Until the group has committed every record of the per-campaign topics (or the time is
+    up). Called once the join committed its input: its output to those topics is complete."""
+    start = time.monotonic()
+    topics = [topology.campaign_impressions, topology.campaign_clicks]
+    while True:
+        for w in workers:
+            if not w.alive():
+                raise RuntimeError(f"{w.name} died:\n{w.log_tail()}")
+        # Not group_lag: the join writes these topics in transactions under exactly_once.
+        left = await kafka_io.uncommitted_records(bootstrap, topology.app_id, topics)
+        if left == 0:
+            return
+        if time.monotonic() - start > timeout:
+            say(f"gave up waiting for the per-campaign aggregate ({left} records not committed)")
+            return
+        await asyncio.sleep(2.0)
+
+
+async def _campaign_clicks(bootstrap: str, topology: Topology) -> dict[str, int]:
+    """Clicks per campaign from the campaign-stats table's changelog (campaigns with clicks:
+    one with impressions only is not in the generator's count either)."""
+    latest = await kafka_io.latest_by_key(bootstrap, topology.changelog("campaign-stats"))
+    clicks = {}
+    for key, value in latest.items():
+        n = int(json.loads(value).get("clicks", 0)) if value is not None else 0
+        if n:
+            clicks[str(json.loads(key))] = n
+    return clicks
+
+
 def _click_ids(records: list[kafka_io.TopicRecord]) -> set[str]:
     ids = set()
     for r in records:
@@ -290,12 +325,16 @@ def run_demo(args: argparse.Namespace) -> DemoResult:
         t = time.monotonic()
         expected = produced.truth.in_window_clicks
         asyncio.run(_wait_complete(bootstrap, topology, expected, workers, args.timeout))
+        asyncio.run(_wait_aggregated(bootstrap, topology, workers, args.timeout))
         seconds["drain"] = time.monotonic() - t
         replayed, source = _replayed(workers)
         counters = asyncio.run(_counters(bootstrap, topology))
         pending_at_end = asyncio.run(_pending_at_end(bootstrap, topology))
         dead_letters = asyncio.run(_dead_letter_sources(bootstrap, topology))
         stop_all(workers)
+        # After the clean stop: under at_least_once a table's changelog records are sent after
+        # the offsets commit, and a stopping worker flushes them.
+        campaign_clicks = asyncio.run(_campaign_clicks(bootstrap, topology))
         # Spark's own output (Ivy's dependency resolution, its log) goes to a file.
         say(f"workers stopped; reconciling with Spark (its output in {spark_log_path(args)})")
 
@@ -321,6 +360,7 @@ def run_demo(args: argparse.Namespace) -> DemoResult:
             restarts=victim.starts - 1,
             pending_at_end=pending_at_end,
             dead_letter_sources=dead_letters,
+            campaign_clicks=campaign_clicks,
             seconds={k: round(v, 1) for k, v in seconds.items()},
             report=report,
         )
@@ -347,6 +387,14 @@ def print_summary(result: DemoResult) -> None:
         f"(+{result.pending_at_end} still pending at the end), "
         f"{c.get('dead_letter', 0)} dead letters ({len(result.dead_letter_sources)} distinct "
         f"records in the dead-letter topic), {c.get('duplicate_click', 0)} duplicate clicks"
+    )
+    counted = result.campaign_clicks
+    expected = truth.per_campaign_clicks
+    off = [c for c in expected.keys() | counted.keys() if counted.get(c, 0) != expected.get(c, 0)]
+    print(
+        f"campaign aggregate: {sum(counted.values())} clicks over {len(counted)} campaigns "
+        f"(generator: {sum(expected.values())}), "
+        f"{len(off)} campaigns off the generator's count"
     )
     print(
         f"spark reference: {r.expected} attributions; output {r.output_records} records, "

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
@@ -24,6 +25,7 @@ __all__ = [
     "latest_by_key",
     "partition_counts",
     "read_all",
+    "uncommitted_records",
 ]
 
 
@@ -87,20 +89,39 @@ async def read_all(
         await consumer.stop()
 
 
-async def group_lag(bootstrap: str, group_id: str, topics: Iterable[str]) -> int:
-    """Records in ``topics`` the consumer group has not committed yet (all partitions)."""
-    ends = await end_offsets(bootstrap, topics)
+async def _committed(bootstrap: str, group_id: str) -> dict[TopicPartition, Any]:
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     await admin.start()
     try:
-        committed = await admin.list_consumer_group_offsets(group_id)
+        return dict(await admin.list_consumer_group_offsets(group_id))
     finally:
         await admin.close()
+
+
+async def group_lag(bootstrap: str, group_id: str, topics: Iterable[str]) -> int:
+    """Records in ``topics`` the consumer group has not committed yet (all partitions).
+
+    By end offsets: on a topic written in transactions the commit markers count too, and the
+    group never commits past a partition's last marker (see `uncommitted_records`)."""
+    ends = await end_offsets(bootstrap, topics)
+    committed = await _committed(bootstrap, group_id)
     lag = 0
     for tp, end in ends.items():
         meta = committed.get(tp)
         lag += max(0, end - (meta.offset if meta is not None and meta.offset >= 0 else 0))
     return lag
+
+
+async def uncommitted_records(bootstrap: str, group_id: str, topics: Iterable[str]) -> int:
+    """Committed records of ``topics`` at or after the group's committed offsets: what the group
+    has still to process, transaction markers (which take offsets, not records) left out."""
+    committed = await _committed(bootstrap, group_id)
+    left = 0
+    for topic in topics:
+        for r in await read_all(bootstrap, topic, read_committed=True):
+            meta = committed.get(TopicPartition(topic, r.partition))
+            left += r.offset >= (meta.offset if meta is not None and meta.offset >= 0 else 0)
+    return left
 
 
 async def latest_by_key(bootstrap: str, topic: str) -> dict[bytes, bytes | None]:

@@ -83,6 +83,9 @@ def test_demo_with_a_worker_crash_loses_nothing(kafka_bootstrap: str, tmp_path: 
     # A click without impression is unmatched once it expires, or still pending at the end.
     unmatched = result.counters.get("unmatched", 0) + result.pending_at_end
     assert unmatched >= result.truth.orphan_clicks > 0
+    # The per-campaign aggregate (a batch agent) counted every attributed click.
+    truth = result.truth.per_campaign_clicks
+    assert {c: min(n, truth.get(c, 0)) for c, n in result.campaign_clicks.items()} == truth
 
 
 @pytest.mark.slow
@@ -100,6 +103,8 @@ def test_demo_exactly_once_with_a_worker_crash_loses_and_repeats_nothing(
     assert result.counters.get("duplicate_click", 0) == 0
     unmatched = result.counters.get("unmatched", 0) + result.pending_at_end
     assert unmatched == truth.orphan_clicks > 0
+    # The per-campaign aggregate (a batch agent) counted each attributed click once.
+    assert result.campaign_clicks == truth.per_campaign_clicks
     # ...because the restarted worker found no clean-shutdown marker and dropped the stores it
     # held as actives (its standby stores, committed records only, are kept).
     victim_log = (tmp_path / "demo" / "worker-2.log").read_text(errors="replace")

@@ -10,6 +10,7 @@ from collections.abc import AsyncIterable, AsyncIterator, Awaitable
 from pathlib import Path
 from typing import Any, cast
 
+import faust
 import pytest
 from aiokafka.errors import KafkaTimeoutError
 from faust.exceptions import ImproperlyConfigured, KeyDecodeError, ValueDecodeError
@@ -28,6 +29,7 @@ from streamapp.bad_records import (
     default_dead_letter_topic,
     error_text,
     guard_agent_fun,
+    handle_record_error,
     is_record_error,
 )
 from streamapp.settings import SettingsError, StreamappSettings
@@ -274,6 +276,33 @@ async def test_fail_throws_into_the_stream_as_faust_does(tmp_path: Path) -> None
     assert await topic.decode(_message("events", None, b"{not json")) is None
     assert isinstance(topic.queue._errors[0], ValueDecodeError)
     assert app.streamapp_bad_records.counts.as_json() == {}
+
+
+async def test_an_agent_hands_a_record_it_caught_to_the_policy(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # As a batch agent does: the record is skipped, logged and counted as a processing error.
+    app = _app(tmp_path, "skip")
+    message = _message("events", b"k", b"v")
+    with caplog.at_level(logging.WARNING, logger="streamapp.bad_records"):
+        assert await handle_record_error(app, message, Poison("bad value"), "sums") is True
+    assert [r.getMessage() for r in caplog.records] == [
+        "streamapp: skipped record events[1]@17: agent sums raised Poison: bad value "
+        "(bad_record_policy=skip)"
+    ]
+    counts = app.streamapp_bad_records.counts
+    assert counts.as_json() == {"events": {"skipped": 1, "dead_lettered": 0}}
+    assert counts.by_stage == {("skipped", "events", "processing"): 1}
+
+
+async def test_a_caught_record_under_fail_is_left_to_the_agent_to_raise(tmp_path: Path) -> None:
+    app = _app(tmp_path, "fail")
+    message = _message("events", b"k", b"v")
+    assert await handle_record_error(app, message, Poison("bad"), "sums") is False
+    assert app.streamapp_bad_records.counts.as_json() == {}
+    # An app that is not a streamapp.App has no policy: Faust's way, the agent raises.
+    faust_app = faust.App("plain", datadir=str(tmp_path / "plain"))
+    assert await handle_record_error(faust_app, message, Poison("bad")) is False
 
 
 def test_agents_are_guarded_and_the_view_reports_counts(tmp_path: Path) -> None:
