@@ -6,7 +6,8 @@ Per group, in three linear passes:
    give some up, it first gives those another claimant of the task can take
    (a restarted worker whose claim lost on generation gets its own tasks
    back), then those a caught-up member can take without a replay (contract
-   rule 6), then the highest partitions.
+   rule 6), one that warmed up for the task before one that is its standby (a
+   follow-up moves the task that was held back), then the highest partitions.
 2. Local state: each task left over goes to a member with free quota that
    can take it without a replay: one that claimed part of it, else a
    caught-up member, least lag first (its standby, or a member that
@@ -100,14 +101,21 @@ def _place_group(
             found.extend(m for m in caught_up_members(lags, acceptable) if m not in found)
         return found
 
+    standbys = facts.previous_standbys[g]
+
     def release_rank(p: int, owner: int) -> int:
-        """How readily task p is given up: 2 when a member that also claimed it
+        """How readily task p is given up: 3 when a member that also claimed it
         can take it (a worker restarted with an older generation wants its own
-        tasks back), 1 when a caught-up member can, 0 when nobody else can."""
+        tasks back), 2 when a caught-up member that is not its standby can (the
+        member a task held back last round warmed up on: the follow-up moves
+        that task, not another its target happens to have a standby of), 1 when
+        only its caught-up standby can, 0 when nobody else can."""
         ready = [m for m in takers(p) if m != owner and free.get(m, 0) > 0]
         if not ready:
             return 0
-        return 2 if any(m in facts.other_claimants.get((g, p), ()) for m in ready) else 1
+        if any(m in facts.other_claimants.get((g, p), ()) for m in ready):
+            return 3
+        return 1 if all(m in standbys.get(p, ()) for m in ready) else 2
 
     # 1. Sticky, giving up first what someone else can take without a replay.
     released: list[int] = []

@@ -14,7 +14,8 @@ docs/assignment-rules.md into frozen dataclasses:
 - `Member`: ``member_id``, ``client_id``, ``host``, ``rack``, ``capacity``,
   ``subscription`` (sorted tuple), ``generation``, ``owned_active`` and
   ``owned_standby`` (topic -> sorted tuple of partitions), ``offsets``
-  (topic -> partition -> offset).
+  (topic -> partition -> offset), ``kept_active`` (cooperative: what it kept
+  processing through the join, unchecked; only the withholding reads it).
 
 Everything the contract calls bad input raises `ScenarioError` naming the field
 path; so does a partition count above `MAX_PARTITIONS_PER_TOPIC` (1,000,000)
@@ -103,6 +104,7 @@ _MEMBER_KEYS = frozenset(
         "owned_active",
         "owned_standby",
         "offsets",
+        "kept_active",
     }
 )
 
@@ -125,6 +127,10 @@ class Member:
     #: higher generation: what a worker restarted with an old ownership file
     #: ran before. Not trusted as ownership, but a hint of where state lives.
     superseded_active: Claims = field(default_factory=dict, hash=False)
+    #: cooperative: the active partitions it kept processing through this rebalance's join, as
+    #: it says them (no generation check, no conflict resolution: it is processing them, and
+    #: no other member may get one this round). Never ownership for the other rules.
+    kept_active: Claims = field(default_factory=dict, hash=False)
 
 
 @dataclass(frozen=True, eq=True)
@@ -447,6 +453,7 @@ def _parse_member(
             else _parse_claims(claims, f"{path}.{key}", topics, stale)
         )
     offsets = fields.get("offsets")
+    kept = fields.get("kept_active")
     return Member(
         member_id=member_id,
         client_id=client_id,
@@ -460,6 +467,10 @@ def _parse_member(
         offsets={}
         if offsets is None and "offsets" not in fields
         else _parse_offsets(offsets, f"{path}.offsets", topics, stale),
+        # Its stale partitions are counted once, in owned_active, where the member claims them.
+        kept_active={}
+        if kept is None
+        else _parse_claims(kept, f"{path}.kept_active", topics, _StaleCounter()),
     )
 
 
@@ -543,6 +554,7 @@ def _resolve_conflicts(members: dict[str, Member]) -> tuple[dict[str, Member], i
                 owned_standby=standby,
                 offsets=member.offsets,
                 superseded_active=older,
+                kept_active=member.kept_active,
             )
         resolved[member_id] = member
     return resolved, dropped

@@ -88,7 +88,12 @@ def _warmups(scenario: Scenario, held_back: dict[Task, int]) -> dict[Task, int]:
 def _revoke_moving_partitions(
     scenario: Scenario, active: _Placement
 ) -> tuple[_Placement, dict[str, dict[str, list[int]]]]:
-    """Cooperative protocol: nobody gets a partition its old member still holds."""
+    """Cooperative protocol: nobody gets a partition its old member still holds.
+
+    What a member holds is what it claims (``owned_active``, as checked) and what it says it
+    kept through the join (``kept_active``, unchecked): a claim the other rules do not trust
+    (a generation the leader never saw) is still a partition that member is processing.
+    """
     owner_of: dict[tuple[str, int], str] = {}
     for member_id, by_topic in active.items():
         for topic, partitions in by_topic.items():
@@ -97,8 +102,11 @@ def _revoke_moving_partitions(
     revoking: dict[str, dict[str, list[int]]] = {}
     taken_back: dict[str, dict[str, set[int]]] = {}
     for member_id, member in scenario.members.items():
-        for topic, owned in member.owned_active.items():
-            for p in owned:
+        held = {t: set(ps) for t, ps in member.owned_active.items()}
+        for topic, kept in member.kept_active.items():
+            held.setdefault(topic, set()).update(kept)
+        for topic, owned in sorted(held.items()):
+            for p in sorted(owned):
                 new_owner = owner_of.get((topic, p))
                 if new_owner == member_id:
                     continue

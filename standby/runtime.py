@@ -196,6 +196,9 @@ class ReplicaRuntime:
             {
                 "generation": self.member()[1],
                 "plan_generation": share.generation if share else None,
+                # The protocol the plan told the group to run next: eager until every member
+                # speaks cooperative (the rolling-upgrade test reads when it turned).
+                "group_protocol": share.group_protocol if share else None,
                 # Wall-clock seconds (epoch) it resumed at, for the group page's history.
                 "at": round(self.wall_clock(), 3),
                 "active": by_topic(self.app.assignor.assigned_actives()),

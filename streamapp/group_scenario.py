@@ -14,7 +14,7 @@ group never had are dropped, and a member caught in both is left out.
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from assignor.metadata_codec import MemberAssignment, MemberMetadata
@@ -58,6 +58,10 @@ class CheckedFacts:
     #: Members caught in both lies: a generation the group never had, and offsets the broker
     #: does not have. Nothing they said holds; they get no work.
     refused: frozenset[str]
+    #: member id -> topic -> partitions it kept processing through this join (cooperative), as
+    #: it claims them, whatever was dropped above: a claim the plan does not trust for
+    #: stickiness is still a partition no other member may get until that member gave it up.
+    kept_active: dict[str, dict[str, list[int]]] = field(default_factory=dict)
 
     @property
     def offsets_beyond_end_count(self) -> int:
@@ -96,12 +100,15 @@ def check_facts(
     above: dict[str, int] = {}
     not_counted: dict[str, dict[str, list[int]]] = {}
     refused: set[str] = set()
+    kept_through_join: dict[str, dict[str, list[int]]] = {}
     known_false = false_offsets or {}
     for member_id, facts in members.items():
         meta = facts.metadata
         if meta is None:
             checked[member_id] = facts
             continue
+        if meta.kept_owned and meta.owned_active:
+            kept_through_join[member_id] = _lists(meta.owned_active)
         false_here = set(known_false.get(member_id, ()))
         offsets: dict[str, dict[int, int]] = {}
         for topic, parts in meta.offsets.items():
@@ -132,7 +139,14 @@ def check_facts(
                 continue
             meta = replace(meta, generation=-1, owned_active={}, owned_standby={})
         checked[member_id] = facts if meta is facts.metadata else replace(facts, metadata=meta)
-    return CheckedFacts(checked, beyond, above, not_counted, frozenset(refused))
+    return CheckedFacts(
+        checked,
+        beyond,
+        above,
+        not_counted,
+        frozenset(refused),
+        {m: claims for m, claims in kept_through_join.items() if m not in refused},
+    )
 
 
 def next_generation(members: Iterable[MemberFacts]) -> int:
@@ -167,11 +181,14 @@ def build_scenario(
     settings: GroupSettings,
     broker_ends: TopicOffsets | None = None,
     protocol: str = "eager",
+    kept_active: Mapping[str, Mapping[str, Sequence[int]]] | None = None,
 ) -> dict[str, Any]:
     """The plan.md scenario for this group; ``topics`` holds only topics that exist.
 
     ``members`` should have been through `check_facts` with the same ``broker_ends``.
-    ``protocol``: "eager", or "cooperative" (see `rebalance_protocols`).
+    ``protocol``: "eager", or "cooperative" (see `rebalance_protocols`); a cooperative scenario
+    carries each member's ``kept_active`` (`CheckedFacts.kept_active`), which the plan's
+    withholding reads unchecked.
     """
     changelogs = sorted(t for t in set(changelog_topics) if t in topics)
     scenario: dict[str, Any] = {
@@ -187,6 +204,10 @@ def build_scenario(
     }
     if protocol != "eager":
         scenario["protocol"] = protocol
+        for member_id, claims in (kept_active or {}).items():
+            entry = scenario["members"].get(member_id)
+            if entry is not None and claims:
+                entry["kept_active"] = _lists(claims)
     return scenario
 
 

@@ -61,7 +61,7 @@ from streamapp.group_scenario import (
     shares_from_result,
     with_global_tables,
 )
-from streamapp.settings import RebalanceProtocol, StreamappSettings
+from streamapp.settings import RebalanceProtocol, StreamappSettings, is_given
 from tables.identity import load_or_create_client_id
 from tables.inventory import LocalStateInventory
 from tables.ownership import Ownership, load_ownership, save_ownership
@@ -295,6 +295,7 @@ class StreamappPartitionAssignor(FaustPartitionAssignor):
             ),
             broker_ends=broker_ends,
             protocol=plan_protocol,
+            kept_active=checked.kept_active,
         )
         result = assignor.plan(scenario, strategy=self.strategy)
         generation = next_generation(facts.values())

@@ -65,9 +65,10 @@ class StreamappSettings:
     # back at once instead of the group waiting out the old member's session timeout, and the
     # id it joins under (its client id) is already unique per worker.
     static_membership: bool = True
-    # Eager by default for now: Faust's own rebalance handling still stops every partition, so
-    # cooperative saves the revocation of kept partitions only (issue 15 makes it incremental).
-    rebalance_protocol: RebalanceProtocol = RebalanceProtocol.EAGER
+    # Cooperative by default: a rebalance stops only the partitions that move (Faust's handlers
+    # go incremental, streamapp.faust_compat.incremental). A group runs it only once every
+    # member speaks it, so a rolling upgrade from eager workers needs nothing more.
+    rebalance_protocol: RebalanceProtocol = RebalanceProtocol.COOPERATIVE
 
     def _as_enum(self, name: str, kind: type[StrEnum]) -> None:
         """Setting ``name`` as a member of ``kind``, given a member or its name."""
@@ -286,6 +287,24 @@ def resolve(
                 raise SettingsError(f"{where(setting, value)}: {exc}") from None
             values[name] = value
     return StreamappSettings(**values)  # type: ignore[arg-type]
+
+
+def is_given(
+    name: str,
+    keywords: Mapping[str, object] | None = None,
+    *,
+    env: Mapping[str, str] | None = None,
+    options: Mapping[str, object] | None = None,
+) -> bool:
+    """Whether setting ``name`` was chosen (worker option, variable or App keyword), as `resolve`
+    reads them, rather than left to its default."""
+    given_options = _worker_options if options is None else options
+    environ = os.environ if env is None else env
+    return (
+        given_options.get(name) is not None
+        or bool(environ.get(BY_NAME[name].env))
+        or (keywords or {}).get(name) is not None
+    )
 
 
 def _env_values(env: Mapping[str, str]) -> dict[str, object]:

@@ -116,6 +116,7 @@ PRIVATE_NAMES: dict[str, tuple[str, ...]] = {
         "_subscription",
         "_group_subscription",
         "_maybe_do_last_autocommit",
+        "_do_commit_offsets",  # coordinator: a refused old-generation commit resets nothing new
     ),
     "aiokafka.consumer.group_coordinator:CoordinatorGroupRebalance": (
         "_send_sync_group_request",  # coordinator: error answers retried, not raised

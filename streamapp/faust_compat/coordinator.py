@@ -46,7 +46,9 @@ so that an aiokafka upgrade that renames them fails loudly instead of silently u
   answers;
 - ``GroupCoordinator._on_join_prepare`` and ``_on_join_complete`` (wrapped, for the cooperative
   protocol below), and the attributes ``_assignors``, ``_subscription``,
-  ``_group_subscription`` and ``_maybe_do_last_autocommit`` they use as aiokafka's own do.
+  ``_group_subscription`` and ``_maybe_do_last_autocommit`` they use as aiokafka's own do;
+- ``GroupCoordinator._do_commit_offsets`` and ``reset_generation`` (wrapped, for commits of an
+  older generation, last below).
 
 The cooperative protocol (KIP-429) on aiokafka's eager coordinator, for a coordinator whose
 assignor asks for it (``keeps_owned_through_join()``, streamapp's once its group runs
@@ -66,11 +68,25 @@ cooperative; any other assignor keeps aiokafka's eager path):
   Faust's handlers go incremental (`streamapp.faust_compat.incremental`).
   Delete the carry-over when aiokafka keeps the state of partitions an assignment keeps.
   Test: tests/unit/streamapp/faust_compat/test_cooperative_join.py.
+
+An OffsetCommit answered ILLEGAL_GENERATION or UNKNOWN_MEMBER_ID resets the member's generation
+and member id only if they are still the ones the commit was sent with, as Java's
+ConsumerCoordinator does. A member that keeps processing through a cooperative join commits
+under the generation it had; once the JoinGroup answer gave it the next one, the broker refuses
+that commit, and aiokafka reset the new generation too: the member rejoined under a new member
+id, and the group rebalanced once or more again for nothing. The commit still fails (its
+offsets are committed again under the new generation); the membership it no longer describes
+is left alone. Wrapped: ``GroupCoordinator._do_commit_offsets`` (which builds its request from
+``generation`` and ``member_id`` before its first await) and ``reset_generation``, told apart
+per commit by a context variable (each commit runs in a task of its own, under aiokafka's
+``asyncio.shield``). Delete when aiokafka compares the generation before it resets it.
+Test: tests/unit/streamapp/faust_compat/test_commit_generation.py.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import re
 from collections.abc import Awaitable, Callable
@@ -323,6 +339,35 @@ async def _on_join_complete(
         self.request_rejoin()
 
 
+#: (generation, member id) an OffsetCommit of the current task was sent with; None outside one.
+_commit_sent_as: contextvars.ContextVar[tuple[int, str] | None] = contextvars.ContextVar(
+    "streamapp_commit_sent_as", default=None
+)
+
+
+async def _do_commit_offsets(self: Any, assignment: Any, offsets: Any) -> Any:
+    # aiokafka reads both into the request before its first await: these are what it sends.
+    token = _commit_sent_as.set((self.generation, self.member_id))
+    try:
+        return await _original_do_commit_offsets(self, assignment, offsets)
+    finally:
+        _commit_sent_as.reset(token)
+
+
+def _reset_generation(self: Any) -> None:
+    sent_as = _commit_sent_as.get()
+    if sent_as is not None and sent_as != (self.generation, self.member_id):
+        logger.info(
+            "streamapp: an offset commit of group %s sent under generation %s was refused; "
+            "the member has generation %s since, which it keeps (no rejoin)",
+            self.group_id,
+            sent_as[0],
+            self.generation,
+        )
+        return
+    _original_reset_generation(self)
+
+
 def _mark_incremental(assignors: list[Any], incremental: bool) -> None:
     for assignor in assignors:
         if hasattr(assignor, "on_incremental_join"):
@@ -361,6 +406,10 @@ _original_on_join_complete: Callable[[Any, int, str, str, bytes], Awaitable[None
 _original_perform_assignment: Callable[[Any, Any], Awaitable[Any]] = (
     aiokafka_gc.GroupCoordinator._perform_assignment
 )
+_original_do_commit_offsets: Callable[[Any, Any, Any], Awaitable[Any]] = (
+    aiokafka_gc.GroupCoordinator._do_commit_offsets
+)
+_original_reset_generation: Callable[[Any], None] = aiokafka_gc.GroupCoordinator.reset_generation
 _original_perform_group_join: Callable[[Any], Awaitable[Any]] = (
     aiokafka_gc.CoordinatorGroupRebalance.perform_group_join
 )
@@ -382,4 +431,6 @@ def install() -> None:
     aiokafka_gc.GroupCoordinator._perform_assignment = _perform_assignment
     aiokafka_gc.GroupCoordinator._on_join_prepare = _on_join_prepare
     aiokafka_gc.GroupCoordinator._on_join_complete = _on_join_complete
+    aiokafka_gc.GroupCoordinator._do_commit_offsets = _do_commit_offsets
+    aiokafka_gc.GroupCoordinator.reset_generation = _reset_generation
     logging.getLogger(aiokafka_gc.__name__).addFilter(_AiokafkaAnswerFilter())

@@ -20,7 +20,7 @@ from typing import Any
 
 from streamapp import App
 
-APP_ID = "it-coop"
+APP_ID = os.environ.get("COOP_APP_ID", "it-coop")  # the upgrade test runs its own group
 PARTITIONS = 6
 TOPIC = f"{APP_ID}-events"
 

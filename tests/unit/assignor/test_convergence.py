@@ -175,3 +175,77 @@ def test_scale_out_by_warmups_takes_the_rounds_the_bound_allows() -> None:
     assert len(joiner) == 2
     assert rounds == 3  # two warmups, one at a time, then the settled round
     assert rounds <= bound(scenario)
+
+
+def test_the_followup_moves_the_task_that_was_held_back() -> None:
+    """The follow-up of a warmup moves the task held back for it, not another task of the same
+    owner whose standby the target also holds (both can move without a replay; only one was
+    warmed up for, and the standby would have to be placed again)."""
+    topics = {"s0": 4, "s0-changelog": 4}
+    ends = {str(p): 500 for p in range(4)}
+    scenario: Scenario = {
+        "topics": topics,
+        "changelog_topics": ["s0-changelog"],
+        "num_standbys": 1,
+        "acceptable_recovery_lag": 0,
+        "end_offsets": {"s0-changelog": ends},
+        "members": {
+            # a owns three tasks; task 1 was held back on it for b last round.
+            "a": {
+                "client_id": "a",
+                "subscription": sorted(topics),
+                "generation": 5,
+                "owned_active": {"s0": [0, 1, 2], "s0-changelog": [0, 1, 2]},
+                "owned_standby": {"s0-changelog": [3]},
+                "offsets": {"s0-changelog": ends},
+            },
+            # b warmed up on task 1 (local state, no claim) and is the standby of task 2.
+            "b": {
+                "client_id": "b",
+                "subscription": sorted(topics),
+                "generation": 5,
+                "owned_active": {"s0": [3], "s0-changelog": [3]},
+                "owned_standby": {"s0-changelog": [2]},
+                "offsets": {"s0-changelog": {"1": 500, "2": 500, "3": 500}},
+            },
+        },
+    }
+    result = plan(scenario)
+    assert result["members"]["b"]["active"]["s0"] == [1, 3]
+    assert result["members"]["a"]["active"]["s0"] == [0, 2]
+
+
+def held_back_moves(scenario: Scenario, result: Result) -> list[tuple[int, str, str]]:
+    """(partition, warm member, owner) for each task held back in ``result`` whose owner, in
+    the follow-up round, keeps it and gives its warm member another of its tasks instead."""
+    nxt = apply(result, scenario)
+    followup = plan(nxt)
+    found = []
+    for topic in scenario["changelog_topics"]:
+        source = topic.removesuffix("-changelog")
+        before = {p: m for m, s in result["members"].items() for p in s["active"].get(source, [])}
+        after = {p: m for m, s in followup["members"].items() for p in s["active"].get(source, [])}
+        for member_id, share in result["members"].items():
+            for p in share["warmup"].get(topic, []):
+                owner = before.get(p)
+                if after.get(p) != owner:
+                    continue
+                for q, was in before.items():
+                    if was == owner and after.get(q) == member_id:
+                        found.append((p, member_id, str(owner)))
+    return found
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(lives())
+def test_a_warm_member_gets_the_task_it_warmed_up_for(life: tuple[Scenario, list[Any]]) -> None:
+    scenario, events = life
+    for serial, event in enumerate([None, *events]):
+        if event is not None:
+            scenario = happen(scenario, event, serial)
+        for _ in range(bound(scenario)):
+            result = plan(scenario)
+            assert held_back_moves(scenario, result) == []
+            scenario = apply(result, scenario)
+            if not result["followup_rebalance"]:
+                break

@@ -540,3 +540,27 @@ def test_cooperative_rounds_converge_and_never_give_a_partition_its_owner_still_
             return
         current = applied(step, current)
     raise AssertionError("still revoking after three rounds")
+
+
+@SETTINGS
+@given(scenarios(), st.data())
+def test_cooperative_never_hands_out_a_partition_a_member_kept(
+    s: Scenario, data: st.DataObject
+) -> None:
+    """``kept_active`` is what members kept processing through the join, unchecked: besides
+    their claims (of any generation, conflicting or not), partitions the plan has no claim for
+    at all (a claim the leader dropped). None goes to another member this round."""
+    members = {}
+    for m, member in s["members"].items():
+        kept = {t: list(ps) for t, ps in member.get("owned_active", {}).items()}
+        for topic, count in s["topics"].items():
+            extra = data.draw(st.sets(st.integers(0, count - 1), max_size=2), label=f"{m} {topic}")
+            if extra:
+                kept[topic] = sorted({*kept.get(topic, ()), *extra})
+        members[m] = dict(member, kept_active=kept)
+    step = plan(dict(s, protocol="cooperative", members=members))
+    for member_id, member in members.items():
+        for topic, partitions in member["kept_active"].items():
+            for other, share in step["members"].items():
+                if other != member_id:
+                    assert not set(partitions) & set(share["active"].get(topic, ()))

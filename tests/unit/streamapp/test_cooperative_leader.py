@@ -49,12 +49,14 @@ def assignor(tmp_path: Path) -> StreamappPartitionAssignor:
     return app.assignor
 
 
-def _member(client: str, protocol: str, owned: list[int], *, kept: bool = False) -> bytes:
+def _member(
+    client: str, protocol: str, owned: list[int], *, kept: bool = False, generation: int = 1
+) -> bytes:
     meta = MemberMetadata(
         client_id=client,
         url=f"http://{client}:1",
         host=client,
-        generation=1,
+        generation=generation,
         owned_active={TOPIC: owned} if owned else {},
         protocol=protocol,
         kept_owned=kept,
@@ -100,6 +102,27 @@ def test_all_cooperative_withholds_a_moving_partition_for_one_round(
     assert plan["a"][0] == kept
     assert sorted(plan["b"][0]) == sorted(set(range(4)) - set(kept))
     assert not plan["a"][2]
+
+
+def test_a_kept_partition_is_withheld_even_when_its_claim_is_not_trusted(
+    assignor: StreamappPartitionAssignor,
+) -> None:
+    # The leader has seen generation 2 at most (its own first plan); a claims generation 9, so
+    # its claims count for nothing in the plan's stickiness. But a kept its partitions through
+    # the join and is processing them: none may go to b before a has given it up.
+    first = _plan(
+        assignor, {"w1": _member("w1", "cooperative", []), "c": _member("c", "eager", [])}
+    )
+    assert first  # the leader now knows generation 2
+    plan = _plan(
+        assignor,
+        {
+            "a": _member("a", "cooperative", [0, 1, 2, 3], kept=True, generation=9),
+            "b": _member("b", "cooperative", []),
+        },
+    )
+    assert plan["b"][0] == []  # what moves to b is only taken from a this round
+    assert plan["a"][2]  # ... and handed to b in the follow-up
 
 
 def test_a_mixed_group_runs_eager(assignor: StreamappPartitionAssignor) -> None:
@@ -155,3 +178,26 @@ def test_a_member_keeps_its_partitions_only_once_the_group_runs_cooperative(
         assignor.settings, rebalance_protocol=RebalanceProtocol.EAGER
     )
     assert not assignor.keeps_owned_through_join()
+
+
+@pytest.mark.parametrize("chosen", [False, True])
+def test_under_exactly_once_a_worker_runs_eager_and_says_so_only_if_cooperative_was_chosen(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, chosen: bool
+) -> None:
+    app = faust.App(
+        "sa-coop-eos",
+        store="rocksdb://",
+        datadir=str(tmp_path),
+        PartitionAssignor=StreamappPartitionAssignor,
+        processing_guarantee="exactly_once",
+        web_port=6124,
+    )
+    app.in_worker = True  # as under `streamapp worker`: Faust's transactions are on
+    app.streamapp_settings = StreamappSettings(client_id="w1")  # type: ignore[attr-defined]
+    app.streamapp_keywords = {"rebalance_protocol": "cooperative"} if chosen else {}  # type: ignore[attr-defined]
+    assignor = app.assignor
+    assert isinstance(assignor, StreamappPartitionAssignor)
+    assert assignor.settings.rebalance_protocol is RebalanceProtocol.COOPERATIVE  # the default
+    assert decode_metadata(assignor.metadata({TOPIC}).user_data).protocol == "eager"
+    warned = [r for r in caplog.records if "not supported under exactly_once" in r.getMessage()]
+    assert len(warned) == (1 if chosen else 0)

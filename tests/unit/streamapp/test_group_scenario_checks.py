@@ -4,6 +4,7 @@ claims against the group's generation. Pure: facts in, checked facts and a scena
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from assignor import parse_scenario, plan
@@ -217,3 +218,29 @@ def test_a_liar_about_offsets_only_is_planned_with_no_state_once_found_out() -> 
     assert result["members"]["m-x"]["active"].get("words", []) == []
     held = sorted(p for m in ("m-1", "m-2") for p in result["members"][m]["active"]["words"])
     assert held == [0, 1, 2, 3]
+
+
+def test_what_a_member_kept_through_the_join_reaches_the_scenario_unchecked() -> None:
+    # m-1 kept its partitions through a cooperative join, at a generation the leader never saw:
+    # its claims count for nothing in the plan's stickiness, yet it is processing them.
+    honest = _honest()
+    meta = honest["m-1"].metadata
+    assert meta is not None
+    kept = MemberFacts(TOPICS, replace(meta, generation=9, kept_owned=True, protocol="cooperative"))
+    members = {**honest, "m-1": kept}
+    checked = check_facts(members, broker_ends=BROKER_ENDS, group_generation=3)
+    assert checked.claims_above_generation == {"m-1": 9}
+    stripped = checked.members["m-1"].metadata
+    assert stripped is not None and stripped.owned_active == {}
+    assert checked.kept_active == {"m-1": {"words": [0, 1], CHANGELOG: [0, 1]}}
+    scenario = build_scenario(
+        topics=TOPIC_COUNTS,
+        changelog_topics=[CHANGELOG],
+        members=checked.members,
+        settings=SETTINGS,
+        broker_ends=BROKER_ENDS,
+        protocol="cooperative",
+        kept_active=checked.kept_active,
+    )
+    assert scenario["members"]["m-1"]["kept_active"] == {"words": [0, 1], CHANGELOG: [0, 1]}
+    assert "kept_active" not in scenario["members"]["m-2"]  # it did not say it kept anything
