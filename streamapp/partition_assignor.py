@@ -61,7 +61,7 @@ from streamapp.group_scenario import (
     shares_from_result,
     with_global_tables,
 )
-from streamapp.settings import RebalanceProtocol, StreamappSettings, is_given
+from streamapp.settings import RebalanceProtocol, StreamappSettings
 from tables.identity import load_or_create_client_id
 from tables.inventory import LocalStateInventory
 from tables.ownership import Ownership, load_ownership, save_ownership
