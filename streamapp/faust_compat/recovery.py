@@ -238,8 +238,17 @@ class Recovery(FaustRecovery):
             self.incremental_pass = True
             self._generation_id = generation_id
             self.signal_recovery_start.set()
-        elif isinstance(consumer := app.consumer, Consumer):
-            consumer.restore_fetch_wait()  # no recovery follows (transport fix 16)
+        else:
+            consumer = app.consumer
+            # Faust's table manager paused every changelog partition of the assignment as this
+            # rebalance began (``TableManager._update_channels``), leaving the standbys to the
+            # recovery it expects to follow, which resumes them. None follows: resumed here,
+            # or the standbys (and warmups) kept stopped replicating until a rebalance that
+            # recovers something, and a warmup never caught up.
+            if self.standby_tps:
+                consumer.resume_partitions(set(self.standby_tps))
+            if isinstance(consumer, Consumer):
+                consumer.restore_fetch_wait()  # no recovery follows (transport fix 16)
 
     async def on_recovery_completed(self, generation_id: int = 0) -> None:
         try:

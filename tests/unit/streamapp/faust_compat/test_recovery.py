@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from faust.types import TP
@@ -109,3 +110,38 @@ def test_a_replay_ends_on_positions_noted_as_a_fetch_began_after_its_seek(
     assert Recovery._reached_as_fetch_began(consumer, short, replay) == {}
     thread.positions_at_fetch_start = (7, {ended: 120, short_of_end: 79})
     assert Recovery._reached_as_fetch_began(consumer, short, replay) == {ended: 120}
+
+
+class _Consumer:
+    def __init__(self) -> None:
+        self.resumed: set[TP] = set()
+
+    def resume_partitions(self, tps: set[TP]) -> None:
+        self.resumed |= set(tps)
+
+
+def test_an_incremental_rebalance_with_nothing_to_recover_resumes_the_standbys_kept(
+    tmp_path: Path,
+) -> None:
+    # Faust's table manager pauses every changelog partition as a rebalance begins and leaves
+    # the standbys to the recovery that follows. An incremental rebalance that gains nothing
+    # runs none: its standbys (and warmups) stayed paused, and stopped replicating for good.
+    app = _app(tmp_path)
+    recovery = app.tables.recovery
+    kept = TP("t-recovery-counts-changelog", 1)
+    table = app.tables._changelogs[kept.topic]
+    recovery.add_standby(table, kept)
+    consumer = _Consumer()
+    assignor: Any = type(
+        "Assignor",
+        (),
+        {
+            "incremental_join": True,
+            "assigned_standbys": lambda self: {kept},
+            "assigned_actives": lambda self: set(),
+        },
+    )()
+    recovery.app = SimpleNamespace(assignor=assignor, consumer=consumer)
+    recovery._on_rebalance_incrementally(set(), generation_id=3)
+    assert not recovery.signal_recovery_start.is_set()  # nothing to recover: no pass
+    assert consumer.resumed == {kept}
