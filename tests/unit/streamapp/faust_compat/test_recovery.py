@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -145,3 +146,52 @@ def test_an_incremental_rebalance_with_nothing_to_recover_resumes_the_standbys_k
     recovery._on_rebalance_incrementally(set(), generation_id=3)
     assert not recovery.signal_recovery_start.is_set()  # nothing to recover: no pass
     assert consumer.resumed == {kept}
+
+
+class _ReplicatingConsumer:
+    """Answers offsets while recovery takes a standby's records (one per request)."""
+
+    def __init__(self, destination: Any, tp: TP, log_start: int) -> None:
+        self.destination = destination
+        self.tp = tp
+        self.log_start = log_start
+
+    async def highwaters(self, *tps: TP) -> dict[TP, int]:
+        return dict.fromkeys(tps, 2000)
+
+    async def earliest_offsets(self, *tps: TP) -> dict[TP, int]:
+        self.destination[self.tp] += 1  # a record taken from the changelog queue meanwhile
+        return dict.fromkeys(tps, self.log_start)
+
+
+async def test_a_standby_replicating_while_its_offsets_are_built_is_not_taken_for_trimmed(
+    tmp_path: Path,
+) -> None:
+    # Under the cooperative protocol recovery takes the records of the standbys it keeps
+    # while it builds their offsets: the offset it advanced passed for a moved log start, and
+    # the store was set aside (its replay then began past every record it had lost).
+    app = _app(tmp_path)
+    recovery = app.tables.recovery
+    tp = TP("t-recovery-counts-changelog", 1)
+    destination: Counter[TP] = Counter({tp: 1035})
+    rebuilt: list[TP] = []
+    recovery._rebuild_trimmed = lambda tp, persisted, start: rebuilt.append(tp)  # type: ignore[method-assign]
+    consumer: Any = _ReplicatingConsumer(destination, tp, log_start=0)
+    await recovery._build_offsets(consumer, {tp}, destination, "standby")
+    assert not rebuilt
+    assert destination[tp] >= 1035
+
+
+async def test_a_store_whose_records_were_deleted_is_rebuilt_from_the_log_start(
+    tmp_path: Path,
+) -> None:
+    app = _app(tmp_path)
+    recovery = app.tables.recovery
+    tp = TP("t-recovery-counts-changelog", 1)
+    destination: Counter[TP] = Counter({tp: 100})
+    rebuilt: list[TP] = []
+    recovery._rebuild_trimmed = lambda tp, persisted, start: rebuilt.append(tp)  # type: ignore[method-assign]
+    consumer: Any = _ReplicatingConsumer(destination, tp, log_start=500)
+    await recovery._build_offsets(consumer, {tp}, destination, "standby")
+    assert rebuilt == [tp]
+    assert destination[tp] == 499  # replayed from the log start, as for an empty store
