@@ -63,7 +63,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -498,6 +498,33 @@ class Recovery(FaustRecovery):
         )
 
 
+class ChangelogQueue(ThrowableQueue[Any]):
+    """The changelog queue, whose ``get`` (recovery's, as it takes each record) skips records
+    of partitions recovery neither restores nor replicates any more.
+
+    An incremental rebalance leaves the queue as it is (it holds the records of the standbys
+    kept), so records fetched for a changelog partition given up are still taken after it.
+    Faust's recovery means to skip such a record ("recovery unknown topic"), but goes on with
+    the table, offsets and buffer of the record it took before: the record was written to the
+    given-up partition's store (of that other record's table) and its offset set in the
+    standby or active offsets of a partition this worker no longer has.
+    """
+
+    def __init__(self, recovering: Callable[[TP], bool], *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._recovering = recovering
+        #: Records skipped so far (the tests).
+        self.skipped = 0
+
+    async def get(self) -> Any:
+        while True:
+            event = await super().get()
+            message = getattr(event, "message", None)
+            if message is None or self._recovering(message.tp):
+                return event
+            self.skipped += 1
+
+
 class TableManager(FaustTableManager):
     """Faust's table manager, recovering through `Recovery` (set as ``TableManager``).
 
@@ -557,12 +584,20 @@ class TableManager(FaustTableManager):
 
     @property
     def changelog_queue(self) -> ThrowableQueue[Any]:
-        # Faust's, but not cleared on every flow resume (see the module docs, path 3).
+        # Faust's, but not cleared on every flow resume (see the module docs, path 3), and
+        # giving recovery only records of partitions it restores or replicates.
         if self._changelog_queue is None:
-            self._changelog_queue = self.app.FlowControlQueue(
-                maxsize=self.app.conf.stream_buffer_maxsize, clear_on_resume=False
+            self._changelog_queue = ChangelogQueue(
+                self._recovering,
+                maxsize=self.app.conf.stream_buffer_maxsize,
+                flow_control=self.app.flow_control,
+                clear_on_resume=False,
             )
         return self._changelog_queue
+
+    def _recovering(self, tp: TP) -> bool:
+        recovery = self.recovery
+        return tp in recovery.active_tps or tp in recovery.standby_tps
 
     @property
     def recovery(self) -> Recovery:

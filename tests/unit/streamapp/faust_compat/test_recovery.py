@@ -195,3 +195,19 @@ async def test_a_store_whose_records_were_deleted_is_rebuilt_from_the_log_start(
     await recovery._build_offsets(consumer, {tp}, destination, "standby")
     assert rebuilt == [tp]
     assert destination[tp] == 499  # replayed from the log start, as for an empty store
+
+
+async def test_recovery_takes_no_record_of_a_partition_it_no_longer_has(tmp_path: Path) -> None:
+    # An incremental rebalance keeps the queue (the kept standbys' records): the records of a
+    # changelog partition given up were taken after it, and Faust's loop applied them with
+    # the table and offsets of the record before ("recovery unknown topic").
+    app = _app(tmp_path)
+    recovery = app.tables.recovery
+    kept, lost = TP("t-recovery-counts-changelog", 0), TP("t-recovery-counts-changelog", 1)
+    recovery.standby_tps.add(kept)
+    queue = app.tables.changelog_queue
+    for tp, offset in ((lost, 7), (kept, 3), (lost, 8), (kept, 4)):
+        queue.put_nowait(SimpleNamespace(message=SimpleNamespace(tp=tp, offset=offset)))
+    taken = [(e.message.tp, e.message.offset) for e in (await queue.get(), await queue.get())]
+    assert taken == [(kept, 3), (kept, 4)]
+    assert queue.empty()
