@@ -137,9 +137,7 @@
     yet) read on, and handed out records of partitions given up (to the previous owner's
     table, after the give-up's commit; or to Faust's ``highwater``, which asserts the
     partition is assigned and crashed the fetcher). Delete when Faust's pause and revocation
-    clear a partition's buffered state. Test:
-    tests/unit/streamapp/faust_compat/test_transport.py;
-    tests/integration/test_cooperative_buffered.py.
+    clear a partition's buffered state. Test: tests/unit/streamapp/faust_compat/test_transport.py.
 """
 
 from __future__ import annotations
