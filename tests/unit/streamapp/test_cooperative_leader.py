@@ -178,26 +178,3 @@ def test_a_member_keeps_its_partitions_only_once_the_group_runs_cooperative(
         assignor.settings, rebalance_protocol=RebalanceProtocol.EAGER
     )
     assert not assignor.keeps_owned_through_join()
-
-
-@pytest.mark.parametrize("chosen", [False, True])
-def test_under_exactly_once_a_worker_runs_eager_and_says_so_only_if_cooperative_was_chosen(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture, chosen: bool
-) -> None:
-    app = faust.App(
-        "sa-coop-eos",
-        store="rocksdb://",
-        datadir=str(tmp_path),
-        PartitionAssignor=StreamappPartitionAssignor,
-        processing_guarantee="exactly_once",
-        web_port=6124,
-    )
-    app.in_worker = True  # as under `streamapp worker`: Faust's transactions are on
-    app.streamapp_settings = StreamappSettings(client_id="w1")  # type: ignore[attr-defined]
-    app.streamapp_keywords = {"rebalance_protocol": "cooperative"} if chosen else {}  # type: ignore[attr-defined]
-    assignor = app.assignor
-    assert isinstance(assignor, StreamappPartitionAssignor)
-    assert assignor.settings.rebalance_protocol is RebalanceProtocol.COOPERATIVE  # the default
-    assert decode_metadata(assignor.metadata({TOPIC}).user_data).protocol == "eager"
-    warned = [r for r in caplog.records if "not supported under exactly_once" in r.getMessage()]
-    assert len(warned) == (1 if chosen else 0)
