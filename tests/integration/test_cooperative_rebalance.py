@@ -10,18 +10,21 @@ revoked from it, nor paused, nor sought back, and none of its records is process
 from __future__ import annotations
 
 import asyncio
-import itertools
-import json
-import math
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from streamapp.testing.kafka_io import create_topic, partition_ends, produce
-from streamapp.testing.worker import WorkerProcess
+from streamapp.testing.kafka_io import create_topic
 
+from .cooperative_group import (
+    WorkerGroup,
+    check_nothing_lost,
+    check_one_owner_at_a_time,
+    read_log,
+    spans_of,
+)
 from .workers import wait_for_workers
 
 APP = "tests.integration.apps.cooperative:app"
@@ -31,95 +34,30 @@ KEYS = 600
 CHANGELOG = "it-coop-latest-changelog"
 
 
-class Group:
+class Group(WorkerGroup):
     def __init__(self, bootstrap: str, root: Path) -> None:
-        self.bootstrap = bootstrap
-        self.root = root
+        super().__init__(APP, bootstrap, root, TOPIC, _key)
         self.logs = root / "processing"
         self.logs.mkdir()
-        self.workers: dict[str, WorkerProcess] = {}
-        self.expected: dict[str, int] = {}
-        self.produced = 0
 
     def start(self, name: str) -> None:
-        worker = WorkerProcess(
-            APP,
-            self.bootstrap,
-            self.root / name,
-            "--client-id",
-            name,
-            "--rebalance-protocol",
-            "cooperative",
-            env={"COOP_LOG_DIR": str(self.logs)},
-        )
-        self.workers[name] = worker.start()
-
-    def produce(self, count: int) -> None:
-        seqs = range(self.produced, self.produced + count)
-        for seq in seqs:
-            self.expected[_key(seq)] = seq
-        asyncio.run(produce(self.bootstrap, TOPIC, seqs, _key))
-        self.produced += count
-
-    def view(self, name: str) -> dict[str, Any]:
-        view: dict[str, Any] = self.workers[name].get_json("/streamapp/assignment")
-        return view
+        self.start_worker(name, env={"COOP_LOG_DIR": str(self.logs)})
 
     def actives(self) -> dict[str, set[int]]:
         return {name: set(self.view(name)["active"].get(TOPIC, [])) for name in self.workers}
 
     def settled(self) -> bool:
-        views = {name: self.view(name) for name in self.workers}
-        held = sorted(p for v in views.values() for p in v["active"].get(TOPIC, []))
-        if held != list(range(PARTITIONS)):
-            return False
-        for v in views.values():
-            if v["followup_pending"] or not v["history"]:
-                return False
-            if v["history"][-1]["plan_generation"] != v["plan_generation"]:
-                return False
-        return self.table() == self.expected
-
-    def table(self) -> dict[str, int]:
-        merged: dict[str, int] = {}
-        for worker in self.workers.values():
-            part: dict[str, int] = worker.get_json("/latest/")
-            assert not set(part) & set(merged), "a key is active on two workers"
-            merged.update(part)
-        return merged
+        return self.assignment_settled(self.workers, PARTITIONS) and self.table() == self.expected
 
     def wait(self, what: str, timeout: float = 120.0) -> None:
         wait_for_workers(self.workers, what, self.settled, timeout=timeout, log_lines=20)
 
     def log(self, name: str) -> list[dict[str, Any]]:
-        path = self.logs / f"{name}.jsonl"
-        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        return read_log(self.logs / f"{name}.jsonl")
 
 
 def _key(seq: int) -> str:
     return f"k{seq % KEYS}"
-
-
-Period = tuple[float, float]
-
-
-def _periods(entries: list[dict[str, Any]]) -> dict[int, list[Period]]:
-    """Partition -> the spans from an assignment that made it active to its revocation."""
-    open_at: dict[int, float] = {}
-    spans: dict[int, list[Period]] = {}
-    for e in entries:
-        if e["ev"] == "assigned":
-            for p in e["p"]:
-                open_at.setdefault(p, e["t"])
-            for p in set(open_at) - set(e["p"]):  # dropped without a revocation: ends here
-                spans.setdefault(p, []).append((open_at.pop(p), e["t"]))
-        elif e["ev"] == "revoked":
-            for p in e["p"]:
-                if p in open_at:
-                    spans.setdefault(p, []).append((open_at.pop(p), e["t"]))
-    for p, start in open_at.items():
-        spans.setdefault(p, []).append((start, math.inf))
-    return spans
 
 
 @pytest.fixture(scope="module")
@@ -133,9 +71,7 @@ def group(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Ite
         group.wait("two workers processing the first events")
         yield group
     finally:
-        for worker in group.workers.values():
-            if worker.process is not None and worker.process.poll() is None:
-                worker.stop()
+        group.stop_all()
 
 
 def test_scale_out_never_revokes_what_stays_and_never_doubles_a_partition(group: Group) -> None:
@@ -183,25 +119,8 @@ def test_scale_out_never_revokes_what_stays_and_never_doubles_a_partition(group:
     # (2) No partition processed by two workers at once; every record a worker processed lies
     # in one of its own spans of that partition.
     logs = {name: group.log(name) for name in group.workers}
-    spans = {name: _periods(entries) for name, entries in logs.items()}
-    for name, entries in logs.items():
-        for e in entries:
-            if e["ev"] == "rec":
-                inside = spans[name].get(e["p"], [])
-                assert any(a <= e["t"] <= b for a, b in inside), (name, e, inside)
-    for p in range(PARTITIONS):
-        owned = sorted((a, b, name) for name in spans for a, b in spans[name].get(p, []))
-        for (a1, b1, n1), (a2, b2, n2) in itertools.pairwise(owned):
-            assert b1 <= a2, f"partition {p}: {n1} {a1}..{b1} overlaps {n2} {a2}..{b2}"
+    spans = {name: spans_of(entries) for name, entries in logs.items()}
+    check_one_owner_at_a_time(logs, spans, PARTITIONS)
 
     # (1) Nothing lost: every offset processed at least once, and the table exact.
-    ends = asyncio.run(partition_ends(group.bootstrap, TOPIC))
-    seen: dict[int, set[int]] = {}
-    for entries in logs.values():
-        for e in entries:
-            if e["ev"] == "rec":
-                seen.setdefault(e["p"], set()).add(e["o"])
-    for p, end in ends.items():
-        missing = set(range(end)) - seen.get(p, set())
-        assert not missing, (p, sorted(missing)[:10], len(missing))
-    assert group.table() == group.expected
+    check_nothing_lost(group, logs.values())
