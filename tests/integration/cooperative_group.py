@@ -9,9 +9,9 @@ import asyncio
 import itertools
 import json
 import math
-from collections.abc import Callable, Hashable, Iterable, Mapping
+from collections.abc import Callable, Container, Hashable, Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from streamapp.testing.kafka_io import partition_ends, produce
 from streamapp.testing.worker import WorkerProcess
@@ -22,7 +22,8 @@ Span = tuple[float, float]
 
 class WorkerGroup:
     """Workers of one app, by name, and what was produced to its events topic: ``expected``
-    holds the latest event (its sequence number) of every key."""
+    holds the latest event (its sequence number) of every key. As a context manager, it stops
+    the workers still running on the way out."""
 
     def __init__(self, app: str, bootstrap: str, root: Path, topic: str, key: Callable[[int], str]):
         self.app = app
@@ -35,9 +36,10 @@ class WorkerGroup:
         self.produced = 0
 
     def start_worker(
-        self, name: str, env: Mapping[str, str], protocol: str = "cooperative", **options: Any
+        self, name: str, /, env: Mapping[str, str], protocol: str = "cooperative", **options: Any
     ) -> WorkerProcess:
-        """Start worker ``name`` on its data dir under ``root``, as client id ``name``."""
+        """Start worker ``name`` on its data dir under ``root``, as client id ``name``
+        (``options``: WorkerProcess's own)."""
         worker = WorkerProcess(
             self.app,
             self.bootstrap,
@@ -99,6 +101,12 @@ class WorkerGroup:
             if worker.alive():
                 worker.stop()
 
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop_all()
+
 
 def read_log(path: Path) -> list[Entry]:
     """A processing log's entries."""
@@ -128,12 +136,11 @@ def spans_of(entries: list[Entry], ended: bool = False) -> dict[int, list[Span]]
 
 
 def check_one_owner_at_a_time(
-    logs: Mapping[Hashable, list[Entry]],
-    spans: Mapping[Hashable, dict[int, list[Span]]],
-    partitions: int,
+    logs: Mapping[Hashable, list[Entry]], partitions: int, ended: Container[Hashable] = ()
 ) -> None:
     """No partition processed by two workers at once; every record a worker processed lies in
-    one of its own spans of that partition (``logs`` and ``spans`` by the same keys)."""
+    one of its own spans of that partition (``ended``: the logs of processes that stopped)."""
+    spans = {key: spans_of(entries, key in ended) for key, entries in logs.items()}
     for key, entries in logs.items():
         for e in entries:
             if e["ev"] == "rec":
