@@ -17,7 +17,6 @@ Every wait is on content or on a log line, never on time.
 from __future__ import annotations
 
 import asyncio
-import json
 import re
 import threading
 import time
@@ -31,6 +30,7 @@ from streamapp.testing.kafka_io import committed_records, create_topics, produce
 from streamapp.testing.worker import WorkerProcess
 
 from .apps.cooperative_crash import PARTITIONS
+from .cooperative_group import WorkerGroup, read_log
 from .workers import wait_for_workers
 
 APP = "tests.integration.apps.cooperative_crash:app"
@@ -52,48 +52,30 @@ def key_of(seq: int) -> str:
     return f"k{seq % KEYS}"
 
 
-class Group:
-    """Workers of one app id (fresh topics for each test) and what was produced to it."""
+class Group(WorkerGroup):
+    """Workers of one app id (fresh topics for each test) and what was produced to it:
+    ``expected`` counts the events of every key."""
 
     def __init__(self, bootstrap: str, root: Path, guarantee: str) -> None:
-        self.bootstrap = bootstrap
-        self.root = root
         self.guarantee = guarantee
         self.app_id = f"it-coop-crash-{guarantee[:3]}-{int(time.time() * 1000) % 10**8}"
         self.events, self.out = f"{self.app_id}-events", f"{self.app_id}-out"
+        super().__init__(APP, bootstrap, root, self.events, key_of)
         asyncio.run(create_topics(bootstrap, {self.events: PARTITIONS, self.out: PARTITIONS}))
         self.logs = root / "processing"
         self.logs.mkdir()
-        self.workers: dict[str, WorkerProcess] = {}
         self.expected: Counter[str] = Counter()
-        self.produced = 0
 
     def start(self, name: str) -> WorkerProcess:
-        worker = WorkerProcess(
-            APP,
-            self.bootstrap,
-            self.root / name,
-            "--client-id",
-            name,
-            "--rebalance-protocol",
-            "cooperative",
-            env={
-                "COOP_CRASH_APP_ID": self.app_id,
-                "COOP_CRASH_GUARANTEE": self.guarantee,
-                "COOP_CRASH_LOG_DIR": str(self.logs),
-            },
-        )
-        self.workers[name] = worker.start()
-        return worker
+        env = {
+            "COOP_CRASH_APP_ID": self.app_id,
+            "COOP_CRASH_GUARANTEE": self.guarantee,
+            "COOP_CRASH_LOG_DIR": str(self.logs),
+        }
+        return self.start_worker(name, env=env)
 
-    def next_events(self, count: int) -> range:
-        seqs = range(self.produced, self.produced + count)
+    def expect(self, seqs: range) -> None:
         self.expected.update(key_of(seq) for seq in seqs)
-        self.produced += count
-        return seqs
-
-    def produce(self, count: int) -> None:
-        asyncio.run(produce(self.bootstrap, self.events, self.next_events(count), key_of))
 
     def produce_in_background(self, count: int) -> threading.Thread:
         seqs = self.next_events(count)
@@ -105,10 +87,6 @@ class Group:
 
     def live(self) -> dict[str, WorkerProcess]:
         return {name: w for name, w in self.workers.items() if w.alive()}
-
-    def view(self, name: str) -> dict[str, Any]:
-        view: dict[str, Any] = self.workers[name].get_json("/streamapp/assignment")
-        return view
 
     def actives(self) -> dict[str, set[int]]:
         return {name: set(self.view(name)["active"].get(self.events, [])) for name in self.live()}
@@ -127,15 +105,8 @@ class Group:
     def settled(self) -> bool:
         """Every event partition active on one live worker, no rebalance pending, and every
         event in the output; under exactly_once the counts exact too."""
-        views = {name: self.view(name) for name in self.live()}
-        held = sorted(p for v in views.values() for p in v["active"].get(self.events, []))
-        if held != list(range(PARTITIONS)):
+        if not self.assignment_settled(self.live(), PARTITIONS):
             return False
-        for v in views.values():
-            if v["followup_pending"] or not v["history"]:
-                return False
-            if v["history"][-1]["plan_generation"] != v["plan_generation"]:
-                return False
         if set(self.output()) != set(range(self.produced)):
             return False
         return self.guarantee != "exactly_once" or self.counts() == self.expected
@@ -144,17 +115,11 @@ class Group:
         wait_for_workers(self.live(), what, self.settled, timeout=timeout, log_lines=30)
 
     def log(self, name: str) -> list[dict[str, Any]]:
-        path = self.logs / f"{name}.jsonl"
-        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        return read_log(self.logs / f"{name}.jsonl")
 
     def log_text(self, name: str, start: int = 0, end: int | None = None) -> str:
         """The worker's log, from byte ``start`` to byte ``end``."""
         return self.workers[name].log_path.read_bytes()[start:end].decode(errors="replace")
-
-    def stop(self) -> None:
-        for worker in self.workers.values():
-            if worker.alive():
-                worker.stop()
 
 
 def log_entries(text: str) -> list[str]:
@@ -186,15 +151,12 @@ def partitions_of(text: str, topic: str) -> set[int]:
 
 @pytest.fixture
 def two_workers(request: pytest.FixtureRequest, kafka_bootstrap: str, tmp_path: Path) -> Any:
-    group = Group(kafka_bootstrap, tmp_path, request.param)
-    try:
+    with Group(kafka_bootstrap, tmp_path, request.param) as group:
         for name in ("w1", "w2"):
             group.start(name)
         group.produce(600)
         group.wait("two workers processing the first events")
         yield group
-    finally:
-        group.stop()
 
 
 @pytest.mark.parametrize("two_workers", ["exactly_once"], indirect=True)
