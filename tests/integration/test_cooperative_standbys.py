@@ -22,9 +22,9 @@ from typing import Any
 
 import pytest
 
-from streamapp.testing.kafka_io import create_topic, produce
-from streamapp.testing.worker import WorkerProcess
+from streamapp.testing.kafka_io import create_topic
 
+from .cooperative_group import WorkerGroup
 from .workers import wait_for_workers
 
 APP = "tests.integration.apps.rebalance:app"
@@ -34,43 +34,20 @@ PARTITIONS = 6
 KEYS = 600
 
 
-class Group:
+class Group(WorkerGroup):
     def __init__(self, bootstrap: str, root: Path) -> None:
-        self.bootstrap = bootstrap
-        self.root = root
-        self.workers: dict[str, WorkerProcess] = {}
-        self.expected: dict[str, int] = {}
-        self.produced = 0
+        super().__init__(APP, bootstrap, root, TOPIC, _key)
 
     def start(self, name: str) -> None:
-        worker = WorkerProcess(
-            APP,
-            self.bootstrap,
-            self.root / name,
-            "--client-id",
-            name,
-            "--rebalance-protocol",
-            "cooperative",
-            env={
-                "REBALANCE_APP_ID": APP_ID,
-                "REBALANCE_PARTITIONS": str(PARTITIONS),
-                # A warmup is caught up only within 10 records of its changelog's end, and the
-                # follow-ups come every 2 s until it is.
-                "REBALANCE_ACCEPTABLE_LAG": "10",
-                "REBALANCE_PROBING_S": "2",
-            },
-        )
-        self.workers[name] = worker.start()
-
-    def produce(self, count: int) -> None:
-        seqs = range(self.produced, self.produced + count)
-        for seq in seqs:
-            self.expected[_key(seq)] = seq
-        asyncio.run(produce(self.bootstrap, TOPIC, seqs, _key))
-        self.produced += count
-
-    def views(self) -> dict[str, dict[str, Any]]:
-        return {name: w.get_json("/streamapp/assignment") for name, w in self.workers.items()}
+        env = {
+            "REBALANCE_APP_ID": APP_ID,
+            "REBALANCE_PARTITIONS": str(PARTITIONS),
+            # A warmup is caught up only within 10 records of its changelog's end, and the
+            # follow-ups come every 2 s until it is.
+            "REBALANCE_ACCEPTABLE_LAG": "10",
+            "REBALANCE_PROBING_S": "2",
+        }
+        self.start_worker(name, env=env)
 
     def settled(self) -> bool:
         views = self.views()
@@ -109,13 +86,8 @@ def _key(seq: int) -> str:
 @pytest.fixture
 def group(kafka_bootstrap: str, tmp_path: Path) -> Iterator[Group]:
     asyncio.run(create_topic(kafka_bootstrap, TOPIC, PARTITIONS))
-    group = Group(kafka_bootstrap, tmp_path)
-    try:
+    with Group(kafka_bootstrap, tmp_path) as group:
         yield group
-    finally:
-        for worker in group.workers.values():
-            if worker.process is not None and worker.process.poll() is None:
-                worker.stop()
 
 
 def test_standbys_and_warmups_keep_replicating_through_rebalances_that_gain_nothing(
