@@ -56,6 +56,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.partitioner import murmur2
 
 from bench.lib import stopped as gaps
 from bench.lib.processed_log import processing_times
@@ -217,7 +218,26 @@ class Run:
         table: dict[str, int] = {}
         for worker in self.workers.values():
             table.update(worker.get_json("/latest/"))
-        return sum(1 for key, seq in self.expected.items() if table.get(key) != seq)
+        wrong = {key: seq for key, seq in self.expected.items() if table.get(key) != seq}
+        if wrong:
+            self._describe_wrong(wrong, table)
+        return len(wrong)
+
+    def _describe_wrong(self, wrong: dict[str, int], table: dict[str, int]) -> None:
+        """Which partitions the wrong keys are in, and whether stale or missing: the cause
+        shows there (a store recovered from an old offset, a partition's records dropped...)."""
+        owners = self.owners()
+        by_partition: dict[int, list[str]] = {}
+        for key in wrong:
+            by_partition.setdefault(_partition_of(key), []).append(key)
+        for partition, keys in sorted(by_partition.items()):
+            missing = sum(1 for k in keys if k not in table)
+            stale = [k for k in keys if k in table and table[k] < wrong[k]]
+            examples = ", ".join(f"{k}={table.get(k)} (want {wrong[k]})" for k in keys[:3])
+            print(
+                f"bench: {self.label}: partition {partition} (owner {owners.get(partition)}): "
+                f"{len(keys)} wrong, {missing} missing, {len(stale)} stale; e.g. {examples}"
+            )
 
     def wait(self, what: str, check: Callable[[], bool], timeout: float = 300.0) -> None:
         deadline = time.monotonic() + timeout
@@ -330,6 +350,11 @@ def _split(
     early = {name: [e for e in listed if e["at"] < at] for name, listed in entries.items()}
     late = {name: [e for e in listed if e["at"] >= at] for name, listed in entries.items()}
     return early, late
+
+
+def _partition_of(key: str) -> int:
+    """The events topic's partition of ``key`` (the producer's default partitioner)."""
+    return (murmur2(key.encode()) & 0x7FFFFFFF) % PARTITIONS
 
 
 async def _all_consumed(bootstrap: str, group: str, topic: str) -> bool:

@@ -59,7 +59,8 @@ PRIVATE_NAMES: dict[str, tuple[str, ...]] = {
         "_add_gap",  # transport: Faust's off-by-one gap
         "_acked",
         "_unacked_messages",
-        "_buffered_partitions",
+        "_buffered_partitions",  # transport fix 18: not past a pause or a revocation
+        "_paused_partitions",
         "_clean_unacked_messages",
         "_filter_committable_offsets",
         "_wait_for_ack",

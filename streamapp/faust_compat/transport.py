@@ -124,6 +124,20 @@
     fetch loop to begin a further fetch (up to 1 s, its wait for records). Delete with fix 10.
     Test: tests/unit/streamapp/faust_compat/test_transport.py;
     tests/integration/test_recovery_end.py.
+
+18. A partition Faust set aside because its queue was full (``_buffered_partitions``: no more
+    fetches until the queue drains, then ``on_buffer_drop`` makes it active again, and its
+    records already fetched are handed out meanwhile) is set aside no longer once it is paused
+    or revoked (see ``Consumer.pause_partitions``). Faust kept it there: as the queue drained,
+    a partition paused since was made active again, and its fetched records went out past the
+    pause. Under the cooperative protocol, where nothing else resets that set, this let a
+    changelog partition recovery had paused after replaying it (an active table's: its own
+    writes then came back and were written over newer values, recovery's path 2) or a gained
+    stream partition held for its table's recovery (processed against a store not recovered
+    yet) read on, and handed out records of partitions given up (to the previous owner's
+    table, after the give-up's commit; or to Faust's ``highwater``, which asserts the
+    partition is assigned and crashed the fetcher). Delete when Faust's pause and revocation
+    clear a partition's buffered state. Test: tests/unit/streamapp/faust_compat/test_transport.py.
 """
 
 from __future__ import annotations
@@ -561,6 +575,31 @@ class Consumer(faust_aiokafka.Consumer):
             return WaitResults([coros[0]], [None], False)
         return await super().wait_first(*coros, timeout=timeout)
 
+    def pause_partitions(self, tps: Iterable[TP]) -> None:
+        # A paused partition is no longer one set aside for its full queue (fix 18): Faust's
+        # on_buffer_drop would make it active again, and its getmany hands out the records of
+        # a partition set aside, paused or not.
+        tps = set(tps)
+        self._buffered_partitions.difference_update(tps)
+        super().pause_partitions(tps)
+
+    def on_buffer_full(self, tp: TP) -> None:
+        # A record of a partition paused or revoked since its fetch filled the queue: the
+        # partition is not fetched now anyway, and set aside it would be handed out (fix 18).
+        if tp in self._paused_partitions or tp not in self.assignment():
+            return
+        super().on_buffer_full(tp)
+
+    def on_buffer_drop(self, tp: TP) -> None:
+        # Only a partition still set aside (assigned, not paused since) becomes active again
+        # (fix 18); Faust's resumed whatever it had set aside, paused or revoked since.
+        if tp in self._buffered_partitions and (
+            tp in self._paused_partitions or tp not in self.assignment()
+        ):
+            self._buffered_partitions.discard(tp)
+            return
+        super().on_buffer_drop(tp)
+
     def hand_out_in_batches(self, topics: Iterable[str]) -> None:
         """An agent reads ``topics`` in batches (`streamapp.batches`): their records are handed
         out without a yield between them (see `eager_hand_out`)."""
@@ -712,6 +751,9 @@ class Consumer(faust_aiokafka.Consumer):
                     self._handing_out.set()
 
     async def on_partitions_revoked(self, revoked: set[TP]) -> None:
+        # Faust forgets revoked partitions everywhere but in the set of those set aside for a
+        # full queue, whose records its getmany then hands out (fix 18).
+        self._buffered_partitions.difference_update(revoked)
         if incremental.incremental_join(self.app):
             await self._give_up(revoked)
             self._hand_out_ledger.forget(revoked)

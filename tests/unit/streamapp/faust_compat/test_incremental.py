@@ -29,6 +29,7 @@ def _consumer_after_an_eager_rebalance_that_sought_nothing() -> Any:
     consumer.app = SimpleNamespace(tables=SimpleNamespace(changelog_topics={CHANGELOG.topic}))
     consumer._active_partitions = {KEPT}
     consumer._paused_partitions = set()
+    consumer._buffered_partitions = set()
     consumer._streams_await_seek = True
     consumer._sought_for_streams = False
     consumer._resume_after_seek = set()

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from faust.types import TP
@@ -109,3 +111,103 @@ def test_a_replay_ends_on_positions_noted_as_a_fetch_began_after_its_seek(
     assert Recovery._reached_as_fetch_began(consumer, short, replay) == {}
     thread.positions_at_fetch_start = (7, {ended: 120, short_of_end: 79})
     assert Recovery._reached_as_fetch_began(consumer, short, replay) == {ended: 120}
+
+
+class _Consumer:
+    def __init__(self) -> None:
+        self.resumed: set[TP] = set()
+
+    def resume_partitions(self, tps: set[TP]) -> None:
+        self.resumed |= set(tps)
+
+
+def test_an_incremental_rebalance_with_nothing_to_recover_resumes_the_standbys_kept(
+    tmp_path: Path,
+) -> None:
+    # Faust's table manager pauses every changelog partition as a rebalance begins and leaves
+    # the standbys to the recovery that follows. An incremental rebalance that gains nothing
+    # runs none: its standbys (and warmups) stayed paused, and stopped replicating for good.
+    app = _app(tmp_path)
+    recovery = app.tables.recovery
+    kept = TP("t-recovery-counts-changelog", 1)
+    table = app.tables._changelogs[kept.topic]
+    recovery.add_standby(table, kept)
+    consumer = _Consumer()
+    assignor: Any = type(
+        "Assignor",
+        (),
+        {
+            "incremental_join": True,
+            "assigned_standbys": lambda self: {kept},
+            "assigned_actives": lambda self: set(),
+        },
+    )()
+    recovery.app = SimpleNamespace(assignor=assignor, consumer=consumer)
+    recovery._on_rebalance_incrementally(set(), generation_id=3)
+    assert not recovery.signal_recovery_start.is_set()  # nothing to recover: no pass
+    assert consumer.resumed == {kept}
+
+
+class _ReplicatingConsumer:
+    """Answers offsets while recovery takes a standby's records (one per request)."""
+
+    def __init__(self, destination: Any, tp: TP, log_start: int) -> None:
+        self.destination = destination
+        self.tp = tp
+        self.log_start = log_start
+
+    async def highwaters(self, *tps: TP) -> dict[TP, int]:
+        return dict.fromkeys(tps, 2000)
+
+    async def earliest_offsets(self, *tps: TP) -> dict[TP, int]:
+        self.destination[self.tp] += 1  # a record taken from the changelog queue meanwhile
+        return dict.fromkeys(tps, self.log_start)
+
+
+async def test_a_standby_replicating_while_its_offsets_are_built_is_not_taken_for_trimmed(
+    tmp_path: Path,
+) -> None:
+    # Under the cooperative protocol recovery takes the records of the standbys it keeps
+    # while it builds their offsets: the offset it advanced passed for a moved log start, and
+    # the store was set aside (its replay then began past every record it had lost).
+    app = _app(tmp_path)
+    recovery = app.tables.recovery
+    tp = TP("t-recovery-counts-changelog", 1)
+    destination: Counter[TP] = Counter({tp: 1035})
+    rebuilt: list[TP] = []
+    recovery._rebuild_trimmed = lambda tp, persisted, start: rebuilt.append(tp)  # type: ignore[method-assign]
+    consumer: Any = _ReplicatingConsumer(destination, tp, log_start=0)
+    await recovery._build_offsets(consumer, {tp}, destination, "standby")
+    assert not rebuilt
+    assert destination[tp] >= 1035
+
+
+async def test_a_store_whose_records_were_deleted_is_rebuilt_from_the_log_start(
+    tmp_path: Path,
+) -> None:
+    app = _app(tmp_path)
+    recovery = app.tables.recovery
+    tp = TP("t-recovery-counts-changelog", 1)
+    destination: Counter[TP] = Counter({tp: 100})
+    rebuilt: list[TP] = []
+    recovery._rebuild_trimmed = lambda tp, persisted, start: rebuilt.append(tp)  # type: ignore[method-assign]
+    consumer: Any = _ReplicatingConsumer(destination, tp, log_start=500)
+    await recovery._build_offsets(consumer, {tp}, destination, "standby")
+    assert rebuilt == [tp]
+    assert destination[tp] == 499  # replayed from the log start, as for an empty store
+
+
+async def test_recovery_takes_no_record_of_a_partition_it_no_longer_has(tmp_path: Path) -> None:
+    # An incremental rebalance keeps the queue (the kept standbys' records): the records of a
+    # changelog partition given up were taken after it, and Faust's loop applied them with
+    # the table and offsets of the record before ("recovery unknown topic").
+    app = _app(tmp_path)
+    recovery = app.tables.recovery
+    kept, lost = TP("t-recovery-counts-changelog", 0), TP("t-recovery-counts-changelog", 1)
+    recovery.standby_tps.add(kept)
+    queue = app.tables.changelog_queue
+    for tp, offset in ((lost, 7), (kept, 3), (lost, 8), (kept, 4)):
+        queue.put_nowait(SimpleNamespace(message=SimpleNamespace(tp=tp, offset=offset)))
+    taken = [(e.message.tp, e.message.offset) for e in (await queue.get(), await queue.get())]
+    assert taken == [(kept, 3), (kept, 4)]
+    assert queue.empty()

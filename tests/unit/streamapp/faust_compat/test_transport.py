@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from aiokafka import TopicPartition
+from faust.types import TP
 
 from streamapp import App
-from streamapp.faust_compat.transport import deleted_before_read
+from streamapp.faust_compat.transport import Consumer, deleted_before_read
 from streamapp.partition_assignor import StreamappPartitionAssignor
 
 
@@ -180,3 +182,62 @@ async def test_the_positions_of_watched_partitions_are_noted_as_each_fetch_begin
     assert consumer.positions_at_fetch_start() == (4, {watched: 57})  # type: ignore[attr-defined]
     consumer.watch_positions(set())  # type: ignore[attr-defined]
     assert consumer.positions_at_fetch_start() == (-1, {})  # type: ignore[attr-defined]
+
+
+class _BufferingConsumer(Consumer):
+    """A streamapp consumer with Faust's partition sets only (never started)."""
+
+    def __init__(self, assigned: set[TP]) -> None:
+        self.app = SimpleNamespace(in_recovery=False)
+        self._assigned = assigned
+        self._active_partitions = set(assigned)
+        self._paused_partitions = set()
+        self._buffered_partitions = set()
+        self._streams_await_seek = False
+
+    def assignment(self) -> set[TP]:
+        return self._assigned
+
+
+STANDBY = TP("app-latest-changelog", 3)
+
+
+def test_a_partition_paused_after_its_queue_filled_stays_paused_as_the_queue_drains() -> None:
+    # Fix 18. Faust's on_buffer_drop made active again whatever it had set aside for a full
+    # queue: a changelog partition recovery had paused read on (an active table's own writes
+    # came back and were written over newer values), a gained partition held for its table's
+    # recovery was processed before it.
+    consumer = _BufferingConsumer({STANDBY})
+    consumer.on_buffer_full(STANDBY)
+    assert STANDBY not in consumer._active_partitions
+    consumer.pause_partitions({STANDBY})
+    consumer.on_buffer_drop(STANDBY)
+    assert STANDBY not in consumer._active_partitions
+    assert STANDBY not in consumer._buffered_partitions  # Faust's getmany hands those out
+    consumer.resume_partitions({STANDBY})
+    assert STANDBY in consumer._active_partitions
+
+
+def test_a_partition_revoked_after_its_queue_filled_is_not_made_active_again() -> None:
+    consumer = _BufferingConsumer({STANDBY})
+    consumer.on_buffer_full(STANDBY)
+    consumer._assigned = set()  # given up in an incremental rebalance
+    consumer.on_buffer_drop(STANDBY)
+    assert STANDBY not in consumer._active_partitions
+    assert STANDBY not in consumer._buffered_partitions
+
+
+def test_a_paused_partition_is_not_set_aside_by_a_full_queue() -> None:
+    consumer = _BufferingConsumer({STANDBY})
+    consumer.pause_partitions({STANDBY})
+    consumer.on_buffer_full(STANDBY)
+    assert STANDBY not in consumer._buffered_partitions
+
+
+def test_a_partition_set_aside_for_its_full_queue_comes_back_as_faust_s_did() -> None:
+    consumer = _BufferingConsumer({STANDBY})
+    consumer.on_buffer_full(STANDBY)
+    assert STANDBY in consumer._buffered_partitions
+    consumer.on_buffer_drop(STANDBY)
+    assert STANDBY in consumer._active_partitions
+    assert STANDBY not in consumer._buffered_partitions
