@@ -5,8 +5,8 @@ Faust's `Recovery` counts a changelog record as applied (``active_offsets``,
 ``standby_offsets``) as soon as it takes the record from the changelog queue, but writes
 records to the store in batches of ``recovery_buffer_size`` / ``standby_buffer_size`` (1000 by
 default). It writes a batch when it is full, when a recovery that replayed something ends, at a
-revocation, as an incremental rebalance begins (a promoted standby's replay starts at its
-store's offset), and as the next recovery starts; nowhere else. Two paths therefore let agents read a
+revocation, as an incremental rebalance begins (a promoted standby's replay starts at its store's
+offset), and as the next recovery starts; nowhere else. Two paths therefore let agents read a
 store that is missing records its offsets claim (updates lost: issue 11):
 
 1. A rebalance that promotes a standby. Records fetched for the standby around the rebalance are
