@@ -208,7 +208,6 @@ class Recovery(FaustRecovery):
         # and that recovery starts only when something is to be read afresh.
         app = self.app
         changelogs = self.tables._changelogs
-        previous_standbys = set(self.standby_tps)
         # `add_active` seeds a promoted standby's replay from its store's persisted offset,
         # while up to standby_buffer_size - 1 of the records recovery took for it may still sit
         # in the buffer. Faust writes them as an eager rebalance revokes; an incremental one
@@ -239,23 +238,21 @@ class Recovery(FaustRecovery):
         self._settled_actives &= frozenset(actives)
         for tp in [tp for tp in self.active_offsets if tp not in actives]:
             del self.active_offsets[tp]
-        new_standbys = set(self.standby_tps) - previous_standbys
-        needed = bool(self.active_tps) or bool(new_standbys) or self.incremental_pass
+        # Standbys too, kept ones included: Faust's table manager paused every changelog
+        # partition of the assignment as this rebalance began (``_update_channels``), and
+        # leaves the standbys to the recovery that follows, which seeks them to their offsets
+        # and resumes them. Without one they stayed paused (replicas and warmups replayed
+        # nothing until a rebalance recovered something). And they must be sought, not only
+        # resumed: records of theirs the fetch loop was handing out as that pause came were
+        # dropped by Faust's getmany after aiokafka's position had passed them, and resumed
+        # where it stood a standby would have skipped them for good.
+        needed = bool(self.active_tps) or bool(self.standby_tps) or self.incremental_pass
         if needed:
             self.incremental_pass = True
             self._generation_id = generation_id
             self.signal_recovery_start.set()
-        else:
-            consumer = app.consumer
-            # Faust's table manager paused every changelog partition of the assignment as this
-            # rebalance began (``TableManager._update_channels``), leaving the standbys to the
-            # recovery it expects to follow, which resumes them. None follows: resumed here,
-            # or the standbys (and warmups) kept stopped replicating until a rebalance that
-            # recovers something, and a warmup never caught up.
-            if self.standby_tps:
-                consumer.resume_partitions(set(self.standby_tps))
-            if isinstance(consumer, Consumer):
-                consumer.restore_fetch_wait()  # no recovery follows (transport fix 16)
+        elif isinstance(consumer := app.consumer, Consumer):
+            consumer.restore_fetch_wait()  # no recovery follows (transport fix 16)
 
     async def on_recovery_completed(self, generation_id: int = 0) -> None:
         try:

@@ -121,18 +121,19 @@ class _Consumer:
         self.resumed |= set(tps)
 
 
-def test_an_incremental_rebalance_with_nothing_to_recover_resumes_the_standbys_kept(
+def test_an_incremental_rebalance_that_gains_nothing_still_seeks_and_resumes_its_standbys(
     tmp_path: Path,
 ) -> None:
     # Faust's table manager pauses every changelog partition as a rebalance begins and leaves
-    # the standbys to the recovery that follows. An incremental rebalance that gains nothing
-    # runs none: its standbys (and warmups) stayed paused, and stopped replicating for good.
+    # the standbys to the recovery that follows (which seeks them to their offsets, then
+    # resumes them). An incremental rebalance that gained nothing ran none: its standbys (and
+    # warmups) stayed paused, replicating nothing; records the fetch loop was handing out as
+    # the pause came were dropped past aiokafka's position, so a bare resume skipped them.
     app = _app(tmp_path)
     recovery = app.tables.recovery
     kept = TP("t-recovery-counts-changelog", 1)
     table = app.tables._changelogs[kept.topic]
     recovery.add_standby(table, kept)
-    consumer = _Consumer()
     assignor: Any = type(
         "Assignor",
         (),
@@ -142,10 +143,11 @@ def test_an_incremental_rebalance_with_nothing_to_recover_resumes_the_standbys_k
             "assigned_actives": lambda self: set(),
         },
     )()
-    recovery.app = SimpleNamespace(assignor=assignor, consumer=consumer)
+    recovery.app = SimpleNamespace(assignor=assignor, consumer=_Consumer())
     recovery._on_rebalance_incrementally(set(), generation_id=3)
-    assert not recovery.signal_recovery_start.is_set()  # nothing to recover: no pass
-    assert consumer.resumed == {kept}
+    assert recovery.signal_recovery_start.is_set()
+    assert recovery.incremental_pass
+    assert recovery.standby_tps == {kept}
 
 
 class _ReplicatingConsumer:
