@@ -97,6 +97,8 @@ from aiokafka.consumer import group_coordinator as aiokafka_gc
 from aiokafka.coordinator.protocol import ConsumerProtocol, ConsumerProtocolMemberMetadata
 from aiokafka.protocol.commit import OffsetCommitRequest
 
+from streamapp.faust_compat.incremental import partitions_text
+
 logger = logging.getLogger(__name__)
 
 #: The longest wait between two attempts to join after error answers. Long enough not to hammer
@@ -295,8 +297,8 @@ async def _on_join_complete(
         self.group_id,
         generation,
         len(owned & assigned),
-        sorted(lost) or "none",
-        sorted(assigned - owned) or "none",
+        partitions_text(lost),
+        partitions_text(assigned - owned),
     )
     assignors = _cooperative_assignors(self)
     # Faust's handlers go incremental for this join's two listener calls (see

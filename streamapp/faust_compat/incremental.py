@@ -47,12 +47,49 @@ and only its own end of it resumes them.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from collections.abc import Iterable
+from typing import Any, Protocol
 
 from faust.types import TP
 from mode.utils.queues import FlowControlEvent
 
 logger = logging.getLogger(__name__)
+
+
+class _Partition(Protocol):
+    """Faust's TP and aiokafka's TopicPartition alike."""
+
+    @property
+    def topic(self) -> str: ...
+
+    @property
+    def partition(self) -> int: ...
+
+
+def partitions_text(tps: Iterable[_Partition]) -> str:
+    """``"orders 0-3, 7; totals-changelog 2"`` (``"none"`` for none): partitions in one line.
+
+    A set or list of partitions handed to the logger as an argument is drawn by Faust's log
+    formatter as a "Topic Partition Set" table of several lines, which the log at INFO does not
+    carry (`streamapp.quiet_logs`, docs/troubleshooting.md); such tables stay at DEBUG.
+    """
+    by_topic: dict[str, list[int]] = {}
+    for tp in tps:
+        by_topic.setdefault(tp.topic, []).append(tp.partition)
+    return "; ".join(f"{t} {_ranges(sorted(set(ps)))}" for t, ps in sorted(by_topic.items())) or (
+        "none"
+    )
+
+
+def _ranges(numbers: list[int]) -> str:
+    """``"0-3, 7"`` from ``[0, 1, 2, 3, 7]`` (sorted, distinct)."""
+    runs: list[list[int]] = []
+    for n in numbers:
+        if runs and n == runs[-1][1] + 1:
+            runs[-1][1] = n
+        else:
+            runs.append([n, n])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
 
 
 def incremental_join(app: Any) -> bool:
@@ -117,7 +154,7 @@ class IncrementalRebalance:
         if revoked:
             logger.info(
                 "streamapp: giving up %s, processing the rest on (incremental rebalance)",
-                sorted(revoked),
+                partitions_text(revoked),
             )
             # Writes their table buffers; the changelog queue is left alone: it holds records
             # of the standbys kept, and those of the revoked partitions are dropped as
@@ -130,7 +167,7 @@ class IncrementalRebalance:
                 logger.info(
                     "streamapp: transactional producers stopped for %s (exactly_once; the "
                     "partitions kept keep theirs)",
-                    sorted(revoked),
+                    partitions_text(revoked),
                 )
         self.held -= revoked
         await app.on_partitions_revoked.send(revoked)
@@ -159,14 +196,15 @@ class IncrementalRebalance:
             logger.info(
                 "streamapp: transactional producers started for %s (exactly_once; previous "
                 "owners fenced)",
-                sorted(newly_assigned),
+                partitions_text(newly_assigned),
             )
         logger.info(
             "streamapp: incremental rebalance: kept %d partition(s) flowing, gained %s, lost %s",
             len(assigned - newly_assigned),
-            sorted(newly_assigned) or "none",
-            sorted(revoked) or "none",
+            partitions_text(newly_assigned),
+            partitions_text(revoked),
         )
+        logger.debug("streamapp: incremental rebalance: assignment %s", sorted(assigned))
         await app.tables.on_rebalance(assigned, revoked, newly_assigned, app.consumer_generation_id)
         await app.on_partitions_assigned.send(assigned)
         if not app.tables.recovery.incremental_pass:
@@ -187,7 +225,8 @@ class IncrementalRebalance:
             await consumer.seek_to_committed_partitions(held)
             consumer.resume_partitions(held)
         logger.info(
-            "streamapp: incremental rebalance done, resumed %s", sorted(held) or "nothing new"
+            "streamapp: incremental rebalance done, resumed %s",
+            partitions_text(held) if held else "nothing new",
         )
         if end:
             self.end()

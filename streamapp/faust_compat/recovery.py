@@ -5,7 +5,8 @@ Faust's `Recovery` counts a changelog record as applied (``active_offsets``,
 ``standby_offsets``) as soon as it takes the record from the changelog queue, but writes
 records to the store in batches of ``recovery_buffer_size`` / ``standby_buffer_size`` (1000 by
 default). It writes a batch when it is full, when a recovery that replayed something ends, at a
-revocation, and as the next recovery starts; nowhere else. Two paths therefore let agents read a
+revocation, as an incremental rebalance begins (a promoted standby's replay starts at its store's
+offset), and as the next recovery starts; nowhere else. Two paths therefore let agents read a
 store that is missing records its offsets claim (updates lost: issue 11):
 
 1. A rebalance that promotes a standby. Records fetched for the standby around the rebalance are
@@ -207,6 +208,12 @@ class Recovery(FaustRecovery):
         # and that recovery starts only when something is to be read afresh.
         app = self.app
         changelogs = self.tables._changelogs
+        # `add_active` seeds a promoted standby's replay from its store's persisted offset,
+        # while up to standby_buffer_size - 1 of the records recovery took for it may still sit
+        # in the buffer. Faust writes them as an eager rebalance revokes; an incremental one
+        # that revokes nothing does not, and the promotion replayed them all again (past the
+        # acceptable recovery lag).
+        self.flush_buffers()
         for tp in revoked:
             self.revoke(tp)
         self.standby_tps.clear()

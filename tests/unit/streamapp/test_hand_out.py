@@ -101,7 +101,7 @@ def _recovering_consumer() -> Any:
     consumer.app = SimpleNamespace(tables=SimpleNamespace(changelog_topics={CHANGELOG.topic}))
     consumer._active_partitions = set()
     consumer._paused_partitions = {STREAM, CHANGELOG}
-    consumer._buffered_partitions = set()
+    consumer._buffered_partitions = set()  # Faust's __init__ sets it; pausing reads it (fix 18)
     consumer._read_offset = {}
     consumer._committed_offset = {}
     consumer.assignment = lambda: {STREAM, CHANGELOG}

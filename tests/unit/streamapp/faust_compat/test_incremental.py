@@ -240,3 +240,10 @@ async def test_giving_up_under_exactly_once_ends_the_lost_transactions() -> None
         await consumer._give_up({LOST, CHANGELOG})
         assert commits == [{"topics": {LOST}, "start_new_transaction": begins_new}]
         assert consumer._giving_up == {LOST}
+
+
+def test_partitions_are_named_in_one_line_by_topic_in_ranges() -> None:
+    # Handed to the logger as a set, Faust's formatter drew a table of several lines at INFO.
+    tps = {TP("events", p) for p in (0, 1, 2, 3, 7)} | {CHANGELOG}
+    assert incremental.partitions_text(tps) == "app-latest-changelog 1; events 0-3, 7"
+    assert incremental.partitions_text(set()) == "none"

@@ -213,3 +213,36 @@ async def test_recovery_takes_no_record_of_a_partition_it_no_longer_has(tmp_path
     taken = [(e.message.tp, e.message.offset) for e in (await queue.get(), await queue.get())]
     assert taken == [(kept, 3), (kept, 4)]
     assert queue.empty()
+
+
+def test_a_standby_promoted_incrementally_recovers_from_the_records_it_had_taken(
+    tmp_path: Path,
+) -> None:
+    # Recovery takes a standby's records into a buffer written every standby_buffer_size
+    # (1000) records. An eager rebalance writes it as it revokes; an incremental one that
+    # revokes nothing did not, and the promoted partition's replay began at the store's older
+    # offset: up to 999 records replayed again, beyond the acceptable recovery lag.
+    app = _app(tmp_path)
+    recovery = app.tables.recovery
+    promoted = TP("t-recovery-counts-changelog", 1)
+    table = app.tables._changelogs[promoted.topic]
+    recovery.add_standby(table, promoted)
+    for offset in range(5):
+        message = SimpleNamespace(
+            tp=promoted, partition=1, offset=offset, key=b'"k"', value=str(offset).encode()
+        )
+        recovery.buffers[table].append(SimpleNamespace(message=message))
+        recovery.standby_offsets[promoted] = offset
+    assignor: Any = type(
+        "Assignor",
+        (),
+        {
+            "incremental_join": True,
+            "assigned_standbys": lambda self: set(),
+            "assigned_actives": lambda self: {promoted},
+        },
+    )()
+    recovery.app = SimpleNamespace(assignor=assignor, consumer=_Consumer())
+    recovery._on_rebalance_incrementally(set(), generation_id=3)
+    assert recovery.active_offsets[promoted] == 4  # replays from the record after those taken
+    assert table.persisted_offset(promoted) == 4  # and the store holds them (never ahead)
