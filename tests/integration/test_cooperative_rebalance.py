@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from aiokafka.partitioner import DefaultPartitioner
 
 from streamapp.testing.kafka_io import create_topic, partition_ends, produce
 from streamapp.testing.worker import WorkerProcess
@@ -89,7 +90,36 @@ class Group:
         return merged
 
     def wait(self, what: str, timeout: float = 120.0) -> None:
-        wait_for_workers(self.workers, what, self.settled, timeout=timeout, log_lines=20)
+        wait_for_workers(
+            self.workers, what, self.settled, timeout=timeout, details=self.diff, log_lines=20
+        )
+
+    def diff(self) -> str:
+        """On a timeout, what kept `settled` false: the keys whose table value differs (and the
+        partition each lies in, who holds it, the last offset each worker processed there), so
+        a lost or stale update can be told from stuck processing without rerunning."""
+        lines = [f"worker logs: {self.root}"]
+        try:
+            parts = {name: self.workers[name].get_json("/latest/") for name in self.workers}
+            actives = self.actives()
+        except OSError as exc:
+            return f"{lines[0]}\nweb views not answering: {exc!r}"
+        last: dict[tuple[str, int], int] = {}
+        for name in self.workers:
+            for e in self.log(name) if (self.logs / f"{name}.jsonl").exists() else []:
+                if e["ev"] == "rec":
+                    last[(name, e["p"])] = max(last.get((name, e["p"]), -1), e["o"])
+        lines.append(f"actives: {actives}; last offset processed: {sorted(last.items())}")
+        bad = []
+        for key in sorted(set(self.expected) | {k for part in parts.values() for k in part}):
+            got = {name: part[key] for name, part in parts.items() if key in part}
+            if list(got.values()) != [self.expected.get(key)]:
+                bad.append(
+                    f"{key} (p{_partition(key)}): expected {self.expected.get(key)}, got {got}"
+                )
+        lines.append(f"{len(bad)} key(s) differ:")
+        lines.extend(bad[:40])
+        return "\n".join(lines)
 
     def log(self, name: str) -> list[dict[str, Any]]:
         path = self.logs / f"{name}.jsonl"
@@ -98,6 +128,11 @@ class Group:
 
 def _key(seq: int) -> str:
     return f"k{seq % KEYS}"
+
+
+def _partition(key: str) -> int:
+    """The partition the producer's default partitioner (murmur2) sends ``key`` to."""
+    return int(DefaultPartitioner()(key.encode(), list(range(PARTITIONS)), []))
 
 
 Period = tuple[float, float]
