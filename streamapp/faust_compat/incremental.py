@@ -220,10 +220,15 @@ class IncrementalRebalance:
         consumer = app.consumer
         await app.on_rebalance_complete.send()
         held = self.held & consumer.assignment()
-        self.held = set()
         if held:
             await consumer.seek_to_committed_partitions(held)
             consumer.resume_partitions(held)
+        # Forgotten only once resumed: recovery runs this inside its wait for the next
+        # rebalance, which cancels it at the seek's await when that rebalance begins (the seek
+        # waits on the group coordinator, busy with the join). Cleared before the seek, they
+        # stayed paused for good: the next pass had nothing left to resume ("resumed nothing
+        # new"), and a gained stream partition was never processed.
+        self.held -= held
         logger.info(
             "streamapp: incremental rebalance done, resumed %s",
             partitions_text(held) if held else "nothing new",

@@ -266,6 +266,14 @@ class Recovery(FaustRecovery):
 
     async def _on_recovery_completed(self, generation_id: int) -> None:
         # Runs before the stream partitions resume (Faust resumes them in this method).
+        if self.signal_recovery_start.is_set():
+            # A rebalance began after this pass's last step, and its own pass completes it.
+            # Faust's loop runs this inside a wait that raises RebalanceAgain and cancels it at
+            # its first await, but what came before that await ran on the new rebalance's
+            # state: it took the new pass's `incremental_pass` (which then completed Faust's
+            # eager way, seeking every stream partition back to its committed offset), and
+            # counted the new rebalance's gained actives as recovered before their replay.
+            return
         self._end_replay()
         self.flush_buffers()
         # Faust keeps reading the actives of a table whose recovery buffer holds one record

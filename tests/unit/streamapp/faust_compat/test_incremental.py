@@ -8,6 +8,7 @@ tests/integration/test_cooperative_rebalance.py.
 
 from __future__ import annotations
 
+import asyncio
 from types import SimpleNamespace
 from typing import Any
 
@@ -247,3 +248,39 @@ def test_partitions_are_named_in_one_line_by_topic_in_ranges() -> None:
     tps = {TP("events", p) for p in (0, 1, 2, 3, 7)} | {CHANGELOG}
     assert incremental.partitions_text(tps) == "app-latest-changelog 1; events 0-3, 7"
     assert incremental.partitions_text(set()) == "none"
+
+
+async def test_a_gained_partition_whose_resume_is_cut_short_is_resumed_by_the_next_pass() -> None:
+    # Recovery completes inside a wait that cancels the completion as the next rebalance
+    # begins, here at the seek (which waits on the coordinator, busy with the join). The held
+    # partitions were forgotten before the seek: the next pass had nothing to resume ("resumed
+    # nothing new") and the gained partitions stayed paused for good (the scale-out's table
+    # kept w3's replayed values for its two partitions, 203 keys behind).
+    calls: list[str] = []
+    app = _app(calls)
+    app.consumer.assignment = lambda: {KEPT, GAINED}
+    seek_started = asyncio.Event()
+
+    async def seek_waiting_on_the_coordinator(tps: set[TP]) -> None:
+        calls.append(f"seek {sorted(tps)}")
+        seek_started.set()
+        await asyncio.Event().wait()
+
+    app.consumer.seek_to_committed_partitions = seek_waiting_on_the_coordinator
+    handler = incremental.IncrementalRebalance(app)
+    handler.held = {GAINED}
+    completion = asyncio.ensure_future(handler.on_recovered())
+    await seek_started.wait()
+    completion.cancel()  # the next rebalance's recovery start
+    await asyncio.gather(completion, return_exceptions=True)
+    assert handler.held == {GAINED}
+    assert f"resume {[GAINED]}" not in calls
+
+    async def seek(tps: set[TP]) -> None:
+        calls.append(f"seek {sorted(tps)}")
+
+    app.consumer.seek_to_committed_partitions = seek
+    calls.clear()
+    await handler.on_recovered()  # the next pass's
+    assert calls[:3] == ["complete", f"seek {[GAINED]}", f"resume {[GAINED]}"]
+    assert handler.held == set()

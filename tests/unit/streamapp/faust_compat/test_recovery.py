@@ -246,3 +246,23 @@ def test_a_standby_promoted_incrementally_recovers_from_the_records_it_had_taken
     recovery._on_rebalance_incrementally(set(), generation_id=3)
     assert recovery.active_offsets[promoted] == 4  # replays from the record after those taken
     assert table.persisted_offset(promoted) == 4  # and the store holds them (never ahead)
+
+
+async def test_a_completion_that_comes_after_the_next_rebalance_began_leaves_its_state_alone(
+    tmp_path: Path,
+) -> None:
+    # Faust's loop runs the completion inside a wait that cancels it at its first await once
+    # the next rebalance has begun, but what came before that await took the new pass's
+    # `incremental_pass` (the new pass then completed Faust's eager way, seeking every stream
+    # partition back: records of kept partitions processed twice) and counted the new gained
+    # actives as recovered before their replay.
+    app = _app(tmp_path)
+    recovery = app.tables.recovery
+    gained = TP("t-recovery-counts-changelog", 1)
+    table = app.tables._changelogs[gained.topic]
+    recovery.add_active(table, gained)  # the new rebalance's, not replayed yet
+    recovery.incremental_pass = True
+    recovery.signal_recovery_start.set()
+    await recovery._on_recovery_completed(generation_id=3)
+    assert recovery.incremental_pass
+    assert gained not in recovery._settled_actives
