@@ -159,7 +159,11 @@ def run_fault(bootstrap: str, root: Path, *, tag: str, events_while_missing: boo
             log = worker.log_path.read_text(errors="replace")
             assert log.count(MISSING) == 1 and log.count(WRONG) == 1, name
             assert "We experienced a crash" not in log, name
-            assert log.count(NOT_FOUND) <= NOT_FOUND_AT_MOST, (name, log.count(NOT_FOUND))
+            if not events_while_missing:
+                # Only while idle: with events flowing, the producer's own metadata refreshes
+                # for the changelog records in flight say it too, as many times as records were
+                # in flight when it went (35 in 40 ms in one run), which no count bounds.
+                assert log.count(NOT_FOUND) <= NOT_FOUND_AT_MOST, (name, log.count(NOT_FOUND))
             line = next(ln for ln in log.splitlines() if MISSING in ln)
             assert "[WARNING]" in line and "create it with 4 partitions" in line
             line = next(ln for ln in log.splitlines() if WRONG in ln)

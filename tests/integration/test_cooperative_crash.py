@@ -139,9 +139,12 @@ def rounds(text: str) -> list[re.Match[str]]:
 
 def partitions_of(text: str, topic: str) -> set[int]:
     """The partitions of ``topic`` in a logged set of partitions: a table of Faust's log
-    formatter (``| topic | {1, 3-5} |``), or aiokafka TopicPartitions."""
+    formatter (``| topic | {1, 3-5} |``), streamapp's one-line form (``topic 1, 3-5; other 2``,
+    `streamapp.faust_compat.incremental.partitions_text`), or aiokafka TopicPartitions."""
     found: set[int] = set()
-    for listed in re.findall(rf"\|\s*{re.escape(topic)}\s*\|\s*\{{([\d, -]*)\}}\s*\|", text):
+    listings = re.findall(rf"\|\s*{re.escape(topic)}\s*\|\s*\{{([\d, -]*)\}}\s*\|", text)
+    listings += re.findall(rf"(?<![\w-]){re.escape(topic)} (\d+(?:-\d+)?(?:, \d+(?:-\d+)?)*)", text)
+    for listed in listings:
         for item in listed.replace(",", " ").split():  # "1", or a range "3-5"
             first, _, last = item.partition("-")
             found |= set(range(int(first), int(last or first) + 1))
