@@ -264,8 +264,11 @@ async def _on_join_prepare(self: Any, previous_assignment: Any) -> None:
     if not keep:
         await _original_on_join_prepare(self, previous_assignment)
         return
-    # aiokafka's prepare, without the revocation of every partition.
-    self._subscription.begin_reassignment()
+    # aiokafka's prepare, without the revocation of every partition, and without
+    # ``begin_reassignment``: that flag makes aiokafka's fetcher hand out no record until the
+    # SyncGroup answers, which stopped every kept partition for the whole join (1-2 s while a
+    # new worker starts). Under KIP-429 a member owns what it holds until it revokes it after
+    # the join, so handing those records out meanwhile is safe.
     self._group_subscription = None
     try:
         await self._maybe_do_last_autocommit(previous_assignment)

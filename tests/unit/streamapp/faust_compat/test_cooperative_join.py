@@ -106,6 +106,29 @@ async def test_cooperative_with_nothing_lost_does_not_rejoin() -> None:
     assert coordinator.rejoins == 0
 
 
+async def test_records_are_handed_out_during_a_cooperative_join_only() -> None:
+    # aiokafka's fetcher hands out nothing while ``reassignment_in_progress``: an eager join
+    # must set it (everything is revoked), a cooperative one must not (the kept partitions
+    # go on being processed until the SyncGroup answers).
+    seen: dict[str, bool] = {}
+
+    async def prepare(self: Coordinator, previous: Any) -> None:
+        self._subscription.begin_reassignment()  # what aiokafka's own prepare does first
+        await self.listener.on_partitions_revoked(previous.tps if previous else set())
+
+    for keeps in (True, False):
+        coordinator = Coordinator(Assignor(keeps=keeps), OWNED)
+        assert not coordinator._subscription.reassignment_in_progress
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(compat, "_original_on_join_prepare", prepare)
+            previous = coordinator._subscription.subscription.assignment
+            await compat._on_join_prepare(coordinator, previous)
+        seen["cooperative" if keeps else "eager"] = (
+            coordinator._subscription.reassignment_in_progress
+        )
+    assert seen == {"cooperative": False, "eager": True}
+
+
 async def test_a_member_whose_generation_was_reset_gives_everything_up_first() -> None:
     coordinator = Coordinator(Assignor(keeps=True), OWNED)
     coordinator.generation = -1  # fenced: others may hold its partitions already
