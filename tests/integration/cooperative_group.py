@@ -16,6 +16,8 @@ from typing import Any, Self
 from streamapp.testing.kafka_io import partition_ends, produce
 from streamapp.testing.worker import WorkerProcess
 
+from .workers import merged_table
+
 Entry = dict[str, Any]
 Span = tuple[float, float]
 
@@ -89,12 +91,7 @@ class WorkerGroup:
 
     def table(self) -> dict[str, int]:
         """The apps' ``/latest/`` table, merged from every worker's active keys."""
-        merged: dict[str, int] = {}
-        for worker in self.workers.values():
-            part: dict[str, int] = worker.get_json("/latest/")
-            assert not set(part) & set(merged), "a key is active on two workers"
-            merged.update(part)
-        return merged
+        return merged_table(self.workers.values(), "/latest/")
 
     def stop_all(self) -> None:
         for worker in self.workers.values():

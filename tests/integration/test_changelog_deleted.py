@@ -20,7 +20,7 @@ from streamapp.testing.kafka_io import create_topic, partition_ends, produce
 from streamapp.testing.worker import WorkerProcess
 from tests.integration.apps.changelog_gone_counter import CHANGELOG, PARTITIONS, TOPIC
 
-from .workers import wait_for_workers
+from .workers import merged_table, wait_for_workers
 
 APP = "tests.integration.apps.changelog_gone_counter:app"
 MISSING = f"streamapp: changelog {CHANGELOG} of table counts is missing"
@@ -87,11 +87,7 @@ class Counting:
         self.produced += count
 
     def counts(self, prefix: str) -> dict[str, int]:
-        merged: dict[str, int] = {}
-        for worker in self.workers.values():
-            part: dict[str, int] = worker.get_json("/counts/")
-            assert not set(part) & set(merged), "a key is active on two workers"
-            merged.update(part)
+        merged = merged_table(self.workers.values(), "/counts/")
         return {k: n for k, n in merged.items() if k.startswith(prefix)}
 
     def counted_exactly(self, prefix: str) -> bool:

@@ -38,6 +38,8 @@ from tests.integration.apps.rogue_counter import (
     TOPIC,
 )
 
+from .workers import merged_table
+
 APP = "tests.integration.apps.rogue_counter:app"
 KEYS = 40
 #: How long the group's Kafka generation must stay put to count as settled: longer than the
@@ -165,12 +167,7 @@ class Group:
         self.produced += count
 
     def counts(self) -> dict[str, int]:
-        merged: dict[str, int] = {}
-        for worker in self.workers.values():
-            part: dict[str, int] = worker.get_json("/counts/")
-            assert not set(part) & set(merged), "a key is active on two workers"
-            merged.update(part)
-        return merged
+        return merged_table(self.workers.values(), "/counts/")
 
     def counted_exactly(self) -> bool:
         return self.actives() == list(range(PARTITIONS)) and self.counts() == dict(self.expected)

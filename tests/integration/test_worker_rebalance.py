@@ -21,7 +21,7 @@ import pytest
 from streamapp.testing.kafka_io import create_topic, partition_ends, produce
 from streamapp.testing.worker import WorkerProcess
 
-from .workers import start_stock_faust_worker, wait_for_workers
+from .workers import merged_table, start_stock_faust_worker, wait_for_workers
 
 APP = "tests.integration.apps.rebalance:app"
 STOCK_APP = "tests.integration.apps.stock_faust:app"
@@ -110,12 +110,7 @@ class Group:
         return self.table_matches()
 
     def table(self) -> dict[str, int]:
-        merged: dict[str, int] = {}
-        for worker in self.workers.values():
-            part: dict[str, int] = worker.get_json("/latest/")
-            assert not set(part) & set(merged), "a key is active on two workers"
-            merged.update(part)
-        return merged
+        return merged_table(self.workers.values(), "/latest/")
 
     def table_matches(self) -> bool:
         return self.table() == self.expected

@@ -6,7 +6,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 from streamapp.kafka.probe import free_port
@@ -40,6 +40,18 @@ def wait_for_workers(
         time.sleep(0.5)
     logs = "\n".join(f"--- {n}\n{w.log_tail(log_lines)}" for n, w in workers.items())
     raise AssertionError(f"timed out waiting for {what}\n{details()}\n{logs}")
+
+
+def merged_table(workers: Iterable[WorkerProcess], path: str) -> dict[str, int]:
+    """A table's contents, merged from the view at ``path`` of every worker (each serves the keys
+    of its own active partitions). A key two workers serve fails the test: a partition active on
+    two workers at once."""
+    merged: dict[str, int] = {}
+    for worker in workers:
+        part: dict[str, int] = worker.get_json(path)
+        assert not set(part) & set(merged), "a key is active on two workers"
+        merged.update(part)
+    return merged
 
 
 def start_stock_faust_worker(
