@@ -6,6 +6,7 @@ import asyncio
 from typing import Any
 
 from standby.runtime import ReplicaRuntime
+from streamapp import quiet_logs
 from streamapp.faust_compat import access
 from streamapp.web import register_views
 
@@ -48,6 +49,9 @@ def install(app: Any) -> None:
             app.conf.topic_replication_factor,
             on_right_again=lambda _topic: access.refresh_worker_metadata(app),
         )
+        # The watch names a missing changelog and what to do in one line: aiokafka's repeats of
+        # "not found in cluster metadata" about it are chatter.
+        quiet_logs.explain_topics(t.changelog for t in watch.tables)
         while True:
             await asyncio.sleep(CHECK_INTERVAL_S)
             await watch.check()

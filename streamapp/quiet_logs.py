@@ -13,13 +13,22 @@ changes level: any other warning or error of those libraries, and streamapp's ow
 (``planned generation``, ``restoring actives``, ``processing resumed``), stay as they were, and
 so do Faust's ``Worker ready`` and the worker's own start and stop. `CHATTER` lists what is
 demoted.
+
+Some lines are chatter only about some topics: those a line of streamapp's own explains
+(`explained_topics`, a table's changelog, which `streamapp.changelog_watch` names in one
+WARNING with what to do). aiokafka says "Topic ... not found in cluster metadata" at ERROR at
+each metadata answer without the topic, and its producer asks again at once, without a
+backoff, while it holds a record for a partition that is gone: a changelog deleted with
+events flowing wrote a thousand such lines a second, and buried the watch's line.
+`TOPIC_CHATTER` lists those lines; about any other topic (a source topic deleted, where
+aiokafka's line is the only word) they stay as they were.
 """
 
 from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 #: Messages demoted to DEBUG, by the start of the logger's name. A message is matched on its
 #: unformatted text (``record.msg``), which for a mode service starts with ``[^--Name]: ``.
@@ -61,6 +70,31 @@ CHATTER: dict[str, tuple[str, ...]] = {
 }
 
 
+#: Messages demoted to DEBUG where their first argument is a topic in `explained_topics`, by
+#: the logger's name: the unformatted text (``record.msg``), whole.
+TOPIC_CHATTER: dict[str, tuple[str, ...]] = {
+    "aiokafka.cluster": ("Topic %s not found in cluster metadata",),
+}
+
+#: The topics a line of streamapp's own explains while they are wrong (`explain_topics`).
+_explained: set[str] = set()
+
+
+def explain_topics(topics: Iterable[str]) -> None:
+    """Say that streamapp explains ``topics`` itself while they are missing: aiokafka's
+    `TOPIC_CHATTER` about them goes to DEBUG from now on, in this process."""
+    _explained.update(topics)
+
+
+def is_topic_chatter(name: str, message: str, args: object) -> bool:
+    return (
+        message in TOPIC_CHATTER.get(name, ())
+        and isinstance(args, tuple)
+        and bool(args)
+        and args[0] in _explained
+    )
+
+
 def _matcher(chatter: dict[str, tuple[str, ...]]) -> Callable[[str, str], bool]:
     compiled = [
         (prefix, re.compile("|".join(f"(?:{p})" for p in ps))) for prefix, ps in chatter.items()
@@ -80,11 +114,14 @@ is_chatter = _matcher(CHATTER)
 
 
 def demote(record: logging.LogRecord) -> logging.LogRecord:
-    """``record`` at DEBUG if it is chatter (see `CHATTER`), else unchanged."""
+    """``record`` at DEBUG if it is chatter (see `CHATTER`, `TOPIC_CHATTER`), else unchanged."""
     if (
         record.levelno > logging.DEBUG
         and isinstance(record.msg, str)
-        and is_chatter(record.name, record.msg.lstrip())
+        and (
+            is_chatter(record.name, record.msg.lstrip())
+            or is_topic_chatter(record.name, record.msg, record.args)
+        )
     ):
         record.levelno = logging.DEBUG
         record.levelname = logging.getLevelName(logging.DEBUG)

@@ -12,7 +12,8 @@ metadata as a side effect, so it saw a topic deleted or created again at once an
 group. The reader's retries refresh only its own; so as the reader finds a topic unknown, and
 as it finds it back, the worker consumer's metadata is refreshed too (`TopicCheck`), for every
 topic it is asked about. Not on every retry: the worker consumer's own metadata names each
-topic it subscribes to, and says at ERROR each time that one is missing. Delete with fix 14.
+topic it subscribes to, and says at ERROR each time that one is missing (for a table's changelog
+at DEBUG: `streamapp.quiet_logs`). Delete with fix 14.
 Tests: tests/unit/streamapp/faust_compat/test_unknown_topics.py;
 tests/integration/test_changelog_deleted.py.
 """

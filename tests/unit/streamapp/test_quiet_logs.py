@@ -141,3 +141,26 @@ def test_the_worker_installs_it() -> None:
         assert getattr(logging.getLogRecordFactory(), "streamapp_quiet", False)
     finally:
         logging.setLogRecordFactory(factory)
+
+
+NOT_FOUND = "Topic %s not found in cluster metadata"
+
+
+def test_aiokafka_not_found_lines_about_a_topic_streamapp_explains_go_to_debug(
+    shown: list[logging.LogRecord], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(quiet_logs, "_explained", set())
+    cluster = logging.getLogger("aiokafka.cluster")
+    cluster.error(NOT_FOUND, "app-counts-changelog")
+    quiet_logs.explain_topics(["app-counts-changelog"])
+    for _ in range(3):
+        cluster.error(NOT_FOUND, "app-counts-changelog")
+    # A source topic deleted: aiokafka's line is the only word of it, and stays.
+    cluster.error(NOT_FOUND, "app-events")
+    # Other problems of an explained topic stay too.
+    cluster.error("Topic %s is not authorized for this client", "app-counts-changelog")
+    assert [r.getMessage() for r in shown] == [
+        "Topic app-counts-changelog not found in cluster metadata",
+        "Topic app-events not found in cluster metadata",
+        "Topic app-counts-changelog is not authorized for this client",
+    ]
