@@ -27,6 +27,8 @@ from streamapp.testing.kafka_io import create_topic, partition_ends
 from streamapp.testing.worker import WorkerProcess
 from tests.integration.apps.bad_records import PARTITIONS
 
+from .workers import merged_table
+
 APP = "tests.integration.apps.bad_records:app"
 KEYS = 10
 GOOD_PER_KEY = 12
@@ -130,12 +132,7 @@ class Run:
         self.produced += len(records)
 
     def sums(self) -> dict[str, int]:
-        merged: dict[str, int] = {}
-        for worker in self.workers:
-            part: dict[str, int] = worker.get_json("/sums/")
-            assert not set(part) & set(merged), "a key is active on two workers"
-            merged.update(part)
-        return merged
+        return merged_table(self.workers, "/sums/")
 
     def bad_record_counts(self) -> dict[str, int]:
         """This topic's counts of the ``bad_records`` view, summed over the workers."""

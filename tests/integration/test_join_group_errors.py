@@ -50,7 +50,7 @@ from tests.integration.apps.join_errors_counter import (
     TOPIC,
 )
 
-from .workers import wait_for_workers
+from .workers import merged_table, wait_for_workers
 
 APP = "tests.integration.apps.join_errors_counter:app"
 KEYS = 40
@@ -106,12 +106,7 @@ class Counting:
         self.produced += count
 
     def counted_exactly(self) -> bool:
-        merged: dict[str, int] = {}
-        for worker in self.workers.values():
-            part: dict[str, int] = worker.get_json("/counts/")
-            assert not set(part) & set(merged), "a key is active on two workers"
-            merged.update(part)
-        return merged == dict(self.expected)
+        return merged_table(self.workers.values(), "/counts/") == dict(self.expected)
 
     def log(self, name: str) -> str:
         return self.workers[name].log_path.read_text(errors="replace")

@@ -23,7 +23,7 @@ from streamapp.testing.kafka_io import create_topic, produce
 from streamapp.testing.worker import WorkerProcess
 from tests.integration.apps.revocation_counter import PARTITIONS, TOPIC
 
-from .workers import wait_for_workers
+from .workers import merged_table, wait_for_workers
 
 APP = "tests.integration.apps.revocation_counter:app"
 KEYS = 20
@@ -59,14 +59,8 @@ def test_a_rebalance_repeats_no_processed_record(kafka_bootstrap: str, tmp_path:
         return sorted(view["active"].get(TOPIC, []))
 
     def counts() -> dict[str, int]:
-        merged: dict[str, int] = {}
-        for worker in workers.values():
-            if worker.process is None:
-                continue
-            part: dict[str, int] = worker.get_json("/counts/")
-            assert not set(part) & set(merged), "a key is active on two workers"
-            merged.update(part)
-        return merged
+        started = [worker for worker in workers.values() if worker.process is not None]
+        return merged_table(started, "/counts/")
 
     def counted_exactly() -> bool:
         held = sorted(p for n, w in workers.items() if w.process is not None for p in actives(n))

@@ -27,7 +27,7 @@ from aiokafka import AIOKafkaProducer
 from streamapp.testing.kafka_io import create_topic
 from streamapp.testing.worker import WorkerProcess
 
-from .workers import wait_for_workers
+from .workers import merged_table, wait_for_workers
 
 APP = "tests.integration.apps.seqcheck:app"
 APP_ID = "it-seqcheck"
@@ -112,12 +112,7 @@ class Group:
         return bool(v["history"]) and v["history"][-1]["plan_generation"] == v["plan_generation"]
 
     def table(self) -> dict[str, int]:
-        merged: dict[str, int] = {}
-        for worker in self.workers.values():
-            part: dict[str, int] = worker.get_json("/seqcheck/")["latest"]
-            assert not set(part) & set(merged), "a key is active on two workers"
-            merged.update(part)
-        return merged
+        return merged_table(self.workers.values(), "/seqcheck/", "latest")
 
     def settled(self) -> bool:
         views = {name: self.view(name) for name in self.workers}

@@ -31,7 +31,7 @@ from streamapp.group_view import GroupView, read_group
 from streamapp.testing.kafka_io import create_topic, produce
 from streamapp.testing.worker import WorkerProcess
 
-from .workers import wait_for_workers
+from .workers import merged_table, wait_for_workers
 
 APP = "tests.integration.apps.static_members:app"
 PARTITIONS = 4  # the app's
@@ -84,12 +84,7 @@ class Group:
         return keys
 
     def table(self) -> dict[str, int]:
-        merged: dict[str, int] = {}
-        for worker in self.live().values():
-            part: dict[str, int] = worker.get_json("/latest/")
-            assert not set(part) & set(merged), "a key is active on two workers"
-            merged.update(part)
-        return merged
+        return merged_table(self.live().values(), "/latest/")
 
     def settled(self, names: set[str]) -> bool:
         """Every partition active exactly once among ``names``, each in its current generation."""

@@ -42,13 +42,16 @@ def wait_for_workers(
     raise AssertionError(f"timed out waiting for {what}\n{details()}\n{logs}")
 
 
-def merged_table(workers: Iterable[WorkerProcess], path: str) -> dict[str, int]:
-    """A table's contents, merged from the view at ``path`` of every worker (each serves the keys
-    of its own active partitions). A key two workers serve fails the test: a partition active on
-    two workers at once."""
+def merged_table(
+    workers: Iterable[WorkerProcess], path: str, field: str | None = None
+) -> dict[str, int]:
+    """A table's contents, merged from the view at ``path`` of every worker (its ``field``, if
+    given), each serving the keys of its own active partitions. A key two workers serve fails
+    the test: a partition active on two workers at once."""
     merged: dict[str, int] = {}
     for worker in workers:
-        part: dict[str, int] = worker.get_json(path)
+        view = worker.get_json(path)
+        part: dict[str, int] = view if field is None else view[field]
         assert not set(part) & set(merged), "a key is active on two workers"
         merged.update(part)
     return merged
