@@ -33,6 +33,7 @@ from standby.followup import FollowupScheduler
 from standby.lag import FalseOffsets, OffsetReportCheck, Readiness, lags
 from standby.progress import ProgressMeter
 from standby.recovery_meter import RecoveryMeter
+from standby.replica_offsets import applied_next
 
 logger = logging.getLogger(__name__)
 
@@ -128,6 +129,10 @@ class ReplicaRuntime:
         self.replica_lag: dict[TP, int] = {}
         #: The changelog end offsets last seen for this worker's replicas (for the metadata).
         self.replica_ends: dict[TP, int] = {}
+        #: The next offset recovery has to apply of each replica, as of the last tick (ahead of
+        #: its store's by Faust's standby buffer; see `standby.replica_offsets`). Replaced, never
+        #: changed in place: the join metadata reads it from the consumer thread.
+        self.replica_applied: dict[TP, int] = {}
         #: The broker's end offset of every changelog partition of the app's tables, as last
         #: read. Replaced, never changed in place: the leader reads it from the consumer thread.
         self.changelog_ends: dict[TP, int] = {}
@@ -216,6 +221,7 @@ class ReplicaRuntime:
         now = self.clock()
         recovery = self.app.tables.recovery
         replicas = _tps(share.standby) | _tps(share.warmup)
+        self.replica_applied = applied_next(recovery.standby_offsets, recovery.standby_tps)
         ends = await self._read_end_offsets(replicas)
         if ends is not None:
             self._check_offset_reports(now, ends)

@@ -45,6 +45,7 @@ from assignor.metadata_codec import (
     encode_assignment,
     encode_metadata,
 )
+from standby.replica_offsets import with_applied
 from standby.runtime import ReplicaRuntime
 from streamapp.faust_compat import incremental as faust_incremental
 from streamapp.faust_compat.access import assignor_url, install_assignment
@@ -160,6 +161,10 @@ class StreamappPartitionAssignor(FaustPartitionAssignor):
 
     def metadata(self, topics: set[str]) -> ConsumerProtocolMemberMetadata:
         offsets = self.inventory().offsets()
+        runtime = self.runtime
+        if runtime is not None:
+            # A replica's records are written to its store in batches: report what was applied.
+            offsets = with_applied(offsets, runtime.replica_applied)
         settings = self.settings
         own = MemberMetadata(
             client_id=self.client_id,

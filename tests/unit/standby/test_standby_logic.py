@@ -72,6 +72,21 @@ def test_recovery_meter_counts_the_tail_and_the_time() -> None:
     assert m.rebalances == 2
 
 
+def test_recovery_meter_counts_a_replay_cut_short_by_the_next_rebalance_from_its_start() -> None:
+    m = RecoveryMeter()
+    m.on_assigned(1.0, {A: 0, B: 40})
+    # A rebalance in the middle of the replay: A got to 900 (its local state now), B is gone,
+    # C is new.
+    m.on_assigned(2.0, {A: 900, C: 10})
+    m.on_resumed(3.0, {A: 1000, C: 15})
+    assert m.last_replayed_by_partition == {A: 1000, C: 5}
+    assert m.records_replayed_total == 1005
+    # The next assignment after a resume starts afresh.
+    m.on_assigned(4.0, {A: 1000})
+    m.on_resumed(5.0, {A: 1002})
+    assert m.last_replayed_by_partition == {A: 2}
+
+
 def test_progress_line_has_rate_and_remaining() -> None:
     p = ProgressMeter()
     first = p.line(0.0, "actives", 3, 0, 1000)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from types import SimpleNamespace
 
 import faust
 import pytest
@@ -83,6 +84,21 @@ def test_metadata_reports_identity_and_every_local_store(app: faust.App) -> None
     assert (decoded.host, decoded.rack, decoded.capacity) == ("h1", "r1", 2)
     assert decoded.offsets == {CHANGELOG: {1: 100, 3: 1}}
     assert decoded.url == str(app.conf.canonical_url)
+
+
+def test_metadata_reports_what_recovery_applied_of_a_replica_beyond_its_store(
+    app: faust.App,
+) -> None:
+    # Faust writes a replica's records to its store in batches (standby_buffer_size): the
+    # records taken and still buffered count, as they are written before any promotion.
+    _store(app, 1, 99)
+    _store(app, 3, 500)
+    app.streamapp_runtime = SimpleNamespace(  # type: ignore[attr-defined]
+        replica_applied={TP(CHANGELOG, 1): 417, TP(CHANGELOG, 3): 400, TP(CHANGELOG, 2): 12},
+        replica_ends={},
+    )
+    decoded = decode_metadata(_assignor(app).metadata({"words", CHANGELOG}).user_data)
+    assert decoded.offsets == {CHANGELOG: {1: 417, 2: 12, 3: 501}}
 
 
 def test_leader_plans_and_members_apply_even_with_bad_metadata(
