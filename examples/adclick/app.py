@@ -9,8 +9,8 @@ the co-partitioning at startup; it reads its sources in batches (``batch_records
 keeps the business logic: which click is attributed (`examples.adclick.attribution`), what is
 counted, and the per-campaign aggregate over the attributions and impressions repartitioned by
 campaign, read in batches (`streamapp.batches`). Undecodable records go to the dead-letter topic
-through the app's ``bad_record_policy``: the join and the aggregate hand theirs to it per record. Settings come from
-``ADCLICK_*`` variables (see `examples.adclick.topology`).
+through the app's ``bad_record_policy``: the join and the aggregate hand theirs to it per record.
+Settings come from ``ADCLICK_*`` variables (see `examples.adclick.topology`).
 """
 
 from __future__ import annotations
