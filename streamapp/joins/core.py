@@ -35,6 +35,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from streamapp.joins.window import JoinKind, JoinWindow, Side
+from streamapp.joins.write_back import WriteBack
 from streamapp.slot_index import PlannedSweep, SlotIndex
 
 __all__ = [
@@ -157,6 +158,10 @@ def _late_key(p: int) -> str:
     return f"~late/{p}"
 
 
+def _is_seen_key(key: str) -> bool:
+    return key.startswith("~seen/")
+
+
 #: Where a side's store lists its keys by bucket of expiry (the buckets are `ExpiryIndex`'s).
 BUCKETS = SlotIndex("~b")
 
@@ -206,6 +211,21 @@ class JoinProcessor:
         self._sweep_at: dict[tuple[Side, int], int | None] = {}
 
     def forget(self) -> None:
+        self._sweep_at.clear()
+
+    def write_through(self) -> None:
+        """Over `WriteBack` stores (a join over batches): write a batch's changes to the
+        stores, each side's ``~seen`` entries after the rest (so that, in the side's changelog,
+        a record is marked seen only after what it stored)."""
+        for store in self.stores.values():
+            if isinstance(store, WriteBack):
+                store.write_through(last=_is_seen_key)
+
+    def discard(self) -> None:
+        """Over `WriteBack` stores: forget a batch that did not finish (nothing is written)."""
+        for store in self.stores.values():
+            if isinstance(store, WriteBack):
+                store.discard()
         self._sweep_at.clear()
 
     # -- reading --

@@ -24,8 +24,18 @@ causes; ``left_id``/``right_id`` name what a record is about, so that a second r
 same thing is reported as a duplicate instead of joined. `WindowedJoin.send` sends a record on
 behalf of the source record, in its transaction under exactly_once.
 
+Batches: with ``batch_records=n`` the agent reads its sources in batches of up to ``n`` records
+(`streamapp.batches`) and handles a batch at once: the records one by one, as above, but the
+tables read and written through a `streamapp.joins.write_back.WriteBack` (each changed entry
+written once per batch, so one changelog record per entry rather than per write) and, under
+at-least-once, one producer flush per batch before the expired records are deleted, instead of
+one per sweep. A record that does not decode or has no key meets the app's
+``bad_record_policy`` on its own (`streamapp.bad_records.handle_record_error`); any other error
+stops the worker, the batch unacknowledged.
+
 Guarantees: under exactly_once every pair is emitted once. Under at-least-once none is lost
-across crashes and restarts; a record processed again after a crash emits its pairs again.
+across crashes and restarts; a record processed again after a crash emits its pairs again. Both
+hold over batches: a batch's table writes, sends and offsets commit together.
 """
 
 from __future__ import annotations
@@ -37,9 +47,20 @@ from typing import Any, Generic, TypeVar
 
 from faust.types import AppT, TopicT
 
+from streamapp.bad_records import handle_record_error
+from streamapp.batches import Batch, batches
 from streamapp.joins import _io
-from streamapp.joins.core import Entry, ExpiryIndex, JoinProcessor, Outcome, Pair
+from streamapp.joins.core import (
+    Entry,
+    Expiry,
+    ExpiryIndex,
+    JoinProcessor,
+    Outcome,
+    Pair,
+    Store,
+)
 from streamapp.joins.window import JoinKind, JoinWindow, Side
+from streamapp.joins.write_back import WriteBack
 
 __all__ = ["JoinRecord", "JoinResult", "WindowedJoin", "windowed_join"]
 
@@ -88,6 +109,15 @@ def _default_combine(left: Any, right: Any) -> Any:
     return {"left": left, "right": right}
 
 
+class _BadRecord(Exception):
+    """A source record the join cannot handle (no key, or it does not decode): ``error`` is
+    what the app's ``bad_record_policy`` is given."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
 class WindowedJoin(Generic[L, R]):
     """A declared windowed join; see the module. Build it with `windowed_join`."""
 
@@ -110,8 +140,12 @@ class WindowedJoin(Generic[L, R]):
         left_id: Callable[[L], str] | None = None,
         right_id: Callable[[R], str] | None = None,
         on_record: Callable[[JoinRecord], Any] | None = None,
+        batch_records: int | None = None,
     ) -> None:
+        if batch_records is not None and batch_records < 1:
+            raise ValueError(f"join {name}: batch_records must be at least 1, not {batch_records}")
         self.app = app
+        self.batch_records = batch_records
         self.name = name
         self.window = window
         self.kind = JoinKind(kind)
@@ -143,11 +177,15 @@ class WindowedJoin(Generic[L, R]):
         }
         self.left_table = app.Table(f"{name}-left", **table_options)
         self.right_table = app.Table(f"{name}-right", **table_options)
+        left_store: Store = self.left_table
+        right_store: Store = self.right_table
+        if batch_records is not None:
+            left_store, right_store = WriteBack(left_store), WriteBack(right_store)
         self.processor = JoinProcessor(
             window,
             self.kind,
-            self.left_table,
-            self.right_table,
+            left_store,
+            right_store,
             index=ExpiryIndex(expiry_bucket_ms),
         )
         app.on_partitions_revoked.connect(self._forget)
@@ -174,15 +212,63 @@ class WindowedJoin(Generic[L, R]):
         self.processor.forget()
 
     async def _run(self, stream: Any) -> None:
+        if self.batch_records is not None:
+            async for batch in batches(stream, max_records=self.batch_records):
+                await self.on_batch(batch)
+            return
         async for event in stream.events():
             await self.on_message(event.message)
 
     async def on_message(self, message: Any) -> None:
+        """Handle one source record (the record-at-a-time agent)."""
+        try:
+            expiry = await self._handle(message)
+        except _BadRecord as bad:
+            raise bad.error from None  # to bad_record_policy, as the agent raised it
+        if expiry is not None:
+            await _io.flush_before_forgetting(self.app)
+            expiry.apply()
+
+    async def on_batch(self, batch: Batch) -> None:
+        """Handle one batch of source records of one partition (``batch_records``)."""
+        processor = self.processor
+        expired = False
+        try:
+            for event in batch:
+                message = event.message
+                try:
+                    expiry = await self._handle(message)
+                except _BadRecord as bad:
+                    if not await handle_record_error(self.app, message, bad.error, self.agent.name):
+                        raise bad.error from None
+                    continue
+                if expiry is not None:
+                    # Into the write-back stores at once (the batch's next records see it as
+                    # record by record); into the tables only once the batch is written.
+                    expiry.apply()
+                    expired = True
+            if expired:
+                # Under at-least-once the expired records leave the tables (below) only once
+                # what was sent for them is out; under exactly_once the transaction does that.
+                await _io.flush_before_forgetting(self.app)
+            processor.write_through()
+        except BaseException:
+            processor.discard()
+            raise
+
+    async def _handle(self, message: Any) -> Expiry | None:
+        """Process one record: store it, emit its pairs, plan what expired and emit it.
+
+        Returns the expiry to apply (once what was sent is out), if any. Raises `_BadRecord`
+        for a record with no key or that does not decode, before anything is stored.
+        """
         side = self.side_of[message.topic]
         if message.key is None:
-            raise ValueError(
-                f"join {self.name}: {message.topic}[{message.partition}]@{message.offset} "
-                "has no key; a join needs keyed records"
+            raise _BadRecord(
+                ValueError(
+                    f"join {self.name}: {message.topic}[{message.partition}]@{message.offset} "
+                    "has no key; a join needs keyed records"
+                )
             )
         topic = self.topics[side]
         time_of, id_of = self.time_of[side], self.id_of[side]
@@ -196,7 +282,7 @@ class WindowedJoin(Generic[L, R]):
         except Exception as exc:
             # Nothing was stored: report it, then let bad_record_policy skip or dead-letter it.
             await self._report(side, message, None, None, Outcome.UNDECODABLE, exc)
-            raise
+            raise _BadRecord(exc) from exc
         key = _io.b64(message.key)
         assert key is not None
         entry = Entry(message.offset, time_ms, _io.b64(message.value), id=record_id)
@@ -212,11 +298,11 @@ class WindowedJoin(Generic[L, R]):
         # Before expiry: what the hook sends is flushed with the rest before state is forgotten.
         await self._report(side, message, value, time_ms, arrival.outcome)
         expiry = self.processor.plan_expiry(message.partition)
-        if not expiry.empty:
-            for pair in expiry.unmatched:
-                await self._emit(message, pair)
-            await _io.flush_before_forgetting(self.app)
-            expiry.apply()
+        if expiry.empty:
+            return None
+        for pair in expiry.unmatched:
+            await self._emit(message, pair)
+        return expiry
 
     async def _report(
         self,
@@ -316,6 +402,7 @@ def windowed_join(
     left_id: Callable[[Any], str] | None = None,
     right_id: Callable[[Any], str] | None = None,
     on_record: Callable[[JoinRecord], Any] | None = None,
+    batch_records: int | None = None,
 ) -> WindowedJoin[Any, Any]:
     """Declare a windowed stream-stream join on ``app`` (see the module and docs/joins.md).
 
@@ -325,7 +412,8 @@ def windowed_join(
     ``kind``: ``"inner"``, ``"left"`` or ``"outer"``. ``left_id(value)`` / ``right_id(value)``:
     what a record is about; a record whose id is that of one still stored on its side is a
     duplicate (not joined). ``on_record(JoinRecord)``: called, plain or async, for every
-    source record once handled (see `JoinRecord`).
+    source record once handled (see `JoinRecord`). ``batch_records``: read the sources in
+    batches of up to that many records (see the module; default: record by record).
     """
     return WindowedJoin(
         app,
@@ -344,4 +432,5 @@ def windowed_join(
         left_id=left_id,
         right_id=right_id,
         on_record=on_record,
+        batch_records=batch_records,
     )

@@ -19,8 +19,14 @@ The table side is either
   not be co-partitioned, and a stream record sees a table update once its changelog has
   reached the worker that processes it.
 
+Batches: with ``batch_records=n`` the agents read their topics in batches of up to ``n`` records
+(`streamapp.batches`); the table is read and written through a
+`streamapp.joins.write_back.WriteBack` (a key updated several times in a batch is written once,
+its last value), and a stream record with no key meets the app's ``bad_record_policy`` on its
+own (`streamapp.bad_records.handle_record_error`).
+
 Guarantees: as for the windowed join (at-least-once: nothing lost, a replayed stream record
-is emitted again; exactly_once: once).
+is emitted again; exactly_once: once), record by record or over batches.
 """
 
 from __future__ import annotations
@@ -32,8 +38,11 @@ from typing import Any
 
 from faust.types import AppT, TopicT
 
+from streamapp.bad_records import handle_record_error
+from streamapp.batches import Batch, batches
 from streamapp.joins import _io
 from streamapp.joins.window import JoinKind
+from streamapp.joins.write_back import WriteBack
 
 __all__ = ["Enrichment", "StreamTableJoin", "TableLookup", "stream_table_join"]
 
@@ -86,6 +95,8 @@ class StreamTableJoin:
     ``partitions`` is the stream's partition count (and the table's, co-partitioned);
     ``table_partitions`` the table topic's, for a global table (default: ``partitions``).
     ``combine(value, table_value)`` makes the output value (default: a dict of both).
+    ``batch_records``: read the topics in batches of up to that many records (see the module;
+    default: record by record).
     """
 
     def __init__(
@@ -101,8 +112,12 @@ class StreamTableJoin:
         table_partitions: int | None = None,
         kind: JoinKind | str = JoinKind.INNER,
         combine: Callable[[Any, Any], Any] = _default_combine,
+        batch_records: int | None = None,
     ) -> None:
+        if batch_records is not None and batch_records < 1:
+            raise ValueError(f"join {name}: batch_records must be at least 1, not {batch_records}")
         self.app = app
+        self.batch_records = batch_records
         self.name = name
         self.stream = stream
         self.table_topic = table_topic
@@ -132,22 +147,65 @@ class StreamTableJoin:
                 self.stream_name, self.table_topic_name, partitions=partitions, **_io.RAW
             )
             self.agents = [app.agent(both, name=f"{name}-join")(self._run)]
-        self.lookup = TableLookup(kind, self.table)
+        # Over batches, table-topic records update the table through a write-back store, whose
+        # changes are written at the end of each batch of the agent that made them: the one
+        # agent's (co-partitioned), or the fill agent's (global, read as it is by the other).
+        self.write_back = WriteBack(self.table) if batch_records is not None else None
+        updated: MutableMapping[str, Any] = self.write_back or self.table
+        self.updates = TableLookup(kind, updated)
+        self.lookup = TableLookup(kind, self.table) if global_table else self.updates
 
     async def _run(self, stream: Any) -> None:
+        if self.batch_records is not None:
+            async for batch in batches(stream, max_records=self.batch_records):
+                await self.on_batch(batch)
+            return
         async for event in stream.events():
             await self.on_message(event.message)
 
+    async def on_batch(self, batch: Batch) -> None:
+        """Handle one batch of records of one partition (``batch_records``)."""
+        writes = self.write_back if self._writes_in(batch.tp.topic) else None
+        try:
+            for event in batch:
+                message = event.message
+                if message.key is None:
+                    error = self._no_key(message)
+                    if not await handle_record_error(
+                        self.app, message, error, self._agent_of(message.topic)
+                    ):
+                        raise error
+                    continue
+                await self.on_message(message)
+            if writes is not None:
+                writes.write_through()
+        except BaseException:
+            if writes is not None:
+                writes.discard()
+            raise
+
+    def _writes_in(self, topic: str) -> bool:
+        """Whether the agent reading ``topic`` updates the table (through `write_back`)."""
+        return self.lookup is self.updates or topic == self.table_topic_name
+
+    def _agent_of(self, topic: str) -> str:
+        if self.lookup is self.updates:
+            return f"{self.name}-join"
+        return f"{self.name}-fill" if topic == self.table_topic_name else f"{self.name}-enrich"
+
+    def _no_key(self, message: Any) -> ValueError:
+        return ValueError(
+            f"join {self.name}: {message.topic}[{message.partition}]@{message.offset} "
+            "has no key; a join needs keyed records"
+        )
+
     async def on_message(self, message: Any) -> None:
         if message.key is None:
-            raise ValueError(
-                f"join {self.name}: {message.topic}[{message.partition}]@{message.offset} "
-                "has no key; a join needs keyed records"
-            )
+            raise self._no_key(message)
         key = _io.b64(message.key)
         assert key is not None
         if message.topic == self.table_topic_name:
-            self.lookup.update(key, _io.b64(message.value))
+            self.updates.update(key, _io.b64(message.value))
             return
         emit, stored = self.lookup.lookup(key)
         if not emit:

@@ -67,6 +67,11 @@ def env(app_id: str, **extra: str) -> dict[str, str]:
     return {"JOINIT_APP_ID": app_id, "JOINIT_PARTITIONS": str(PARTITIONS), **extra}
 
 
+def batch_env(batch: int | None) -> dict[str, str]:
+    """The app's joins over batches of ``batch`` records, or record by record (None)."""
+    return {} if batch is None else {"JOINIT_BATCH": str(batch)}
+
+
 def join_worker(bootstrap: str, data_dir: Path, environ: dict[str, str]) -> WorkerProcess:
     return WorkerProcess(APP, bootstrap, data_dir, env=environ)
 
@@ -211,10 +216,11 @@ def join_topics(kafka_bootstrap: str) -> Iterator[dict[str, str]]:
     yield names
 
 
+@pytest.mark.parametrize("batch", [None, 100], ids=["records", "batches"])
 def test_windowed_left_join_survives_sigkill(
-    kafka_bootstrap: str, join_topics: dict[str, str], tmp_path: Path
+    kafka_bootstrap: str, join_topics: dict[str, str], tmp_path: Path, batch: int | None
 ) -> None:
-    environ = env(join_topics["app_id"], JOINIT_KIND="left")
+    environ = env(join_topics["app_id"], JOINIT_KIND="left", **batch_env(batch))
     topics = {Side.LEFT: join_topics["orders"], Side.RIGHT: join_topics["payments"]}
     workers = {
         name: join_worker(kafka_bootstrap, tmp_path / name, {**environ}) for name in ("a", "b")
@@ -318,15 +324,16 @@ async def produce_json(
 
 
 @pytest.mark.parametrize(
-    "global_table",
-    [
-        False,
-        True,
-    ],
-    ids=["copartitioned", "global"],
+    ("global_table", "batch"),
+    [(False, None), (True, None), (False, 100), (True, 100)],
+    ids=["copartitioned", "global", "copartitioned-batches", "global-batches"],
 )
 def test_stream_table_join_survives_sigkill(
-    kafka_bootstrap: str, join_topics: dict[str, str], tmp_path: Path, global_table: bool
+    kafka_bootstrap: str,
+    join_topics: dict[str, str],
+    tmp_path: Path,
+    global_table: bool,
+    batch: int | None,
 ) -> None:
     app_id = join_topics["app_id"]
     shipments, customers, labelled = (
@@ -339,7 +346,12 @@ def test_stream_table_join_survives_sigkill(
             kafka_bootstrap, {shipments: PARTITIONS, customers: PARTITIONS, labelled: PARTITIONS}
         )
     )
-    environ = env(app_id, JOINIT_TABLE_JOIN="1", JOINIT_GLOBAL="1" if global_table else "0")
+    environ = env(
+        app_id,
+        JOINIT_TABLE_JOIN="1",
+        JOINIT_GLOBAL="1" if global_table else "0",
+        **batch_env(batch),
+    )
     workers = {name: join_worker(kafka_bootstrap, tmp_path / name, environ) for name in ("a", "b")}
     names = {f"c{i}": f"customer {i}" for i in range(100)}
     try:

@@ -16,6 +16,8 @@ APP_ID = os.environ.get("JOINIT_APP_ID", "it-joins")
 PARTITIONS = int(os.environ.get("JOINIT_PARTITIONS", "4"))
 KIND = os.environ.get("JOINIT_KIND", "left")
 GLOBAL = os.environ.get("JOINIT_GLOBAL", "0") == "1"
+# Records per batch for both joins (docs/joins.md, "Over batches"); unset: record by record.
+BATCH = int(os.environ["JOINIT_BATCH"]) if os.environ.get("JOINIT_BATCH") else None
 WINDOW = JoinWindow(before_ms=200, after_ms=500, grace_ms=2_000)
 
 app = App(
@@ -54,6 +56,7 @@ orders_payments = windowed_join(
         "payment": payment["id"] if payment else None,
     },
     dead_letter_topic=late,
+    batch_records=BATCH,
 )
 
 if os.environ.get("JOINIT_TABLE_JOIN", "0") == "1":
@@ -73,6 +76,7 @@ if os.environ.get("JOINIT_TABLE_JOIN", "0") == "1":
             "shipment": shipment["id"],
             "customer": customer["name"] if customer else None,
         },
+        batch_records=BATCH,
     )
 
     @app.page("/join/customers/")

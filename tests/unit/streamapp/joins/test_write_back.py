@@ -1,0 +1,191 @@
+"""The write-back store a join uses over a batch, and the join over it: without a broker.
+
+The join over write-back stores written through every few records must emit what the join over
+plain stores emits, record for record, and leave the same stores behind.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, MutableMapping
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from streamapp.joins.core import Entry, ExpiryIndex, JoinProcessor, Outcome, Pair
+from streamapp.joins.window import JoinKind, JoinWindow, Side
+from streamapp.joins.write_back import WriteBack
+
+
+class Recording(MutableMapping[str, Any]):
+    """A dict that lists its writes and deletes, in order, and counts its reads."""
+
+    def __init__(self, data: dict[str, Any] | None = None) -> None:
+        self.data = dict(data or {})
+        self.log: list[tuple[str, str]] = []
+        self.reads = 0
+
+    def __getitem__(self, key: str) -> Any:
+        self.reads += 1
+        return self.data[key]
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        self.log.append(("set", key))
+        self.data[key] = value
+
+    def __delitem__(self, key: str) -> None:
+        self.log.append(("del", key))
+        del self.data[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.data)
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+
+def test_reads_see_the_batch_writes_and_the_store_sees_them_only_when_written_through() -> None:
+    store = Recording({"a": 1, "b": 2})
+    wb = WriteBack(store)
+    wb["a"] = 10
+    wb["c"] = 3
+    del wb["b"]
+    assert (wb["a"], wb.get("b"), wb["c"], "b" in wb, "c" in wb) == (10, None, 3, False, True)
+    assert sorted(wb) == ["a", "c"] and len(wb) == 2
+    assert store.data == {"a": 1, "b": 2} and store.log == []
+    with pytest.raises(KeyError):
+        wb["b"]
+    with pytest.raises(KeyError):
+        del wb["b"]
+    wb.write_through()
+    assert store.data == {"a": 10, "c": 3}
+    assert wb.pending == 0
+
+
+def test_a_key_written_many_times_is_written_once_and_the_last_keys_after_the_rest() -> None:
+    store = Recording()
+    wb = WriteBack(store)
+    for i in range(5):
+        wb["~seen/0"] = i
+        wb["k/x"] = [i]
+        wb["~clock/0"] = i
+    wb.write_through(last=lambda key: key.startswith("~seen/"))
+    assert store.log == [("set", "k/x"), ("set", "~clock/0"), ("set", "~seen/0")]
+    assert store.data == {"~seen/0": 4, "k/x": [4], "~clock/0": 4}
+
+
+def test_a_store_value_is_read_once_per_batch_and_afresh_in_the_next() -> None:
+    store = Recording({"a": 1})
+    wb = WriteBack(store)
+    assert [wb.get("a"), wb.get("a"), wb.get("missing"), wb.get("missing")] == [1, 1, None, None]
+    reads = store.reads
+    wb.write_through()
+    store.data["a"] = 2  # changed under it between batches (a restore, say)
+    assert wb["a"] == 2 and store.reads == reads + 1
+
+
+def test_deleting_what_the_store_does_not_hold_after_writing_it_writes_nothing() -> None:
+    store = Recording()
+    wb = WriteBack(store)
+    wb["x"] = 1
+    del wb["x"]
+    wb.write_through()
+    assert store.log == [] and store.data == {}
+
+
+def test_discard_forgets_the_batch() -> None:
+    store = Recording({"a": 1})
+    wb = WriteBack(store)
+    wb["a"] = 2
+    del wb["a"]
+    wb.discard()
+    wb.write_through()
+    assert store.data == {"a": 1} and store.log == []
+
+
+# -- the join over write-back stores --
+
+WINDOW = JoinWindow(before_ms=0, after_ms=50, grace_ms=20)
+P = 0
+
+
+def _feed(
+    proc: JoinProcessor,
+    records: list[tuple[Side, str, int, str | None]],
+    batch: int | None,
+) -> tuple[list[tuple[Outcome, tuple[Pair, ...]]], list[Pair]]:
+    """Each record's outcome and pairs, and what expired; written through every ``batch``."""
+    offsets = {Side.LEFT: 0, Side.RIGHT: 0}
+    arrivals: list[tuple[Outcome, tuple[Pair, ...]]] = []
+    unmatched: list[Pair] = []
+    for i, (side, key, time_ms, record_id) in enumerate(records, start=1):
+        offset = offsets[side]
+        offsets[side] += 1
+        arrival = proc.process(
+            side, P, key, Entry(offset, time_ms, f"{side.value}{i}", id=record_id)
+        )
+        if arrival.outcome is Outcome.LATE:
+            proc.count_late(side, P, offset)
+        arrivals.append((arrival.outcome, arrival.pairs))
+        expiry = proc.plan_expiry(P)
+        unmatched.extend(expiry.unmatched)
+        expiry.apply()
+        if batch is not None and i % batch == 0:
+            proc.write_through()
+    proc.write_through()
+    return arrivals, unmatched
+
+
+records_strategy = st.lists(
+    st.tuples(
+        st.sampled_from([Side.LEFT, Side.RIGHT]),
+        st.sampled_from(["a", "b", "c"]),
+        st.integers(min_value=0, max_value=400),
+        st.one_of(st.none(), st.sampled_from(["i1", "i2"])),
+    ),
+    max_size=60,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    records=records_strategy,
+    batch=st.integers(min_value=1, max_value=25),
+    kind=st.sampled_from(list(JoinKind)),
+    width=st.sampled_from([1, 30]),
+)
+def test_the_join_over_batches_emits_and_stores_what_it_does_record_by_record(
+    records: list[tuple[Side, str, int, str | None]], batch: int, kind: JoinKind, width: int
+) -> None:
+    plain_left: dict[str, Any] = {}
+    plain_right: dict[str, Any] = {}
+    plain = JoinProcessor(WINDOW, kind, plain_left, plain_right, index=ExpiryIndex(width))
+    left, right = Recording(), Recording()
+    batched = JoinProcessor(
+        WINDOW, kind, WriteBack(left), WriteBack(right), index=ExpiryIndex(width)
+    )
+    assert _feed(batched, records, batch) == _feed(plain, records, None)
+    assert (left.data, right.data) == (plain_left, plain_right)
+    # Each entry is written at most once per batch, and a side's ~seen after its other entries.
+    batches_fed = -(-len(records) // batch) + 1
+    for store in (left, right):
+        assert len(store.log) <= len({key for _, key in store.log}) * batches_fed
+        seen_at = [i for i, (_, key) in enumerate(store.log) if key.startswith("~seen/")]
+        assert len(seen_at) <= batches_fed
+
+
+def test_a_replay_after_a_batch_that_was_not_written_joins_the_records_again() -> None:
+    """A batch the worker did not finish wrote nothing: its records come again as new."""
+    left, right = Recording(), Recording()
+    proc = JoinProcessor(WINDOW, JoinKind.INNER, WriteBack(left), WriteBack(right))
+    first = proc.process(Side.RIGHT, P, "a", Entry(0, 120, "imp"))
+    second = proc.process(Side.LEFT, P, "a", Entry(0, 100, "click"))
+    assert first.outcome is Outcome.ACCEPTED and len(second.pairs) == 1
+    proc.discard()  # the batch raised: nothing reached the tables
+    assert left.data == {} and right.data == {}
+    again = proc.process(Side.RIGHT, P, "a", Entry(0, 120, "imp"))
+    pairs = proc.process(Side.LEFT, P, "a", Entry(0, 100, "click")).pairs
+    assert again.outcome is Outcome.ACCEPTED and [p.left.value for p in pairs if p.left] == [
+        "click"
+    ]
