@@ -39,6 +39,7 @@ tests/integration/test_batch_agent.py (a SIGKILL under exactly_once: nothing los
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import cached_property
 from typing import Any
 
 from faust.serializers.schemas import Schema
@@ -81,7 +82,9 @@ class _Target:
 
     __slots__ = ("channel", "channels", "decode", "on_pressure_drop", "on_pressure_high", "queue")
 
-    def __init__(self, consumer: Any, tp: TP, channels: Any, channel: Any, decode: Decoder):
+    def __init__(
+        self, consumer: Any, tp: TP, channels: Any, channel: Any, decode: Decoder | None
+    ) -> None:
         self.channels = channels
         self.channel = channel
         self.queue = channel.queue
@@ -122,36 +125,42 @@ class BatchHandOut:
         self._admit = admit
         self._handing_out = handing_out
         self._giving_up = giving_up
-        self._targets: dict[TP, _Target | None] = {}
-        self._producer_threaded: bool | None = None  # a setting: read once, when first needed
+        self._targets: dict[TP, _Target] = {}
+        self._producer_buffer: Any = None
+        self._producer_threaded = False
         #: Records handed out here, and those left to the usual path (the tests).
         self.handed_out = 0
         self.declined = 0
 
+    @cached_property
+    def _conductor(self) -> Any:
+        return self.app.topics
+
+    @cached_property
+    def _flow_control(self) -> Any:
+        return self.app.flow_control
+
     def _producer_buffer_over(self) -> bool:
         """Whether the conductor would wait for Faust's producer buffer (``wait_until_ebb``)."""
-        buffer = self.app.producer.buffer
+        buffer = self._producer_buffer
+        if buffer is None:  # the app's producer and its setting, once they are needed
+            buffer = self._producer_buffer = self.app.producer.buffer
+            self._producer_threaded = bool(self.app.conf.producer_threaded)
         threaded = self._producer_threaded
-        if threaded is None:
-            threaded = self._producer_threaded = bool(self.app.conf.producer_threaded)
         # ``buffer.size`` reads the setting each time; unthreaded, it is the pending queue's.
         size = buffer.size if threaded else buffer.pending.qsize()
         return bool(size > buffer.max_messages)
 
     def _target(self, tp: TP) -> _Target | None:
-        conductor = self.app.topics
-        channels = conductor._tp_index.get(tp)
+        channels = self._conductor._tp_index.get(tp)
         if not channels or len(channels) != 1:
             return None
         target = self._targets.get(tp)
-        if target is not None and target.channels is channels and target.channel in channels:
-            return target
-        (channel,) = channels
-        decode = resolved_decoder(self.app, channel)
-        if decode is None:
-            return None
-        target = self._targets[tp] = _Target(self.consumer, tp, channels, channel, decode)
-        return target
+        if target is None or target.channels is not channels or target.channel not in channels:
+            (channel,) = channels
+            decode = resolved_decoder(self.app, channel)  # None: Faust's path, every time
+            target = self._targets[tp] = _Target(self.consumer, tp, channels, channel, decode)
+        return target if target.decode is not None else None
 
     def __call__(self, message: Message | None) -> bool:
         """True when the record was handed out (or refused by the ledger) here; False when
@@ -159,12 +168,11 @@ class BatchHandOut:
         if message is None:
             return False
         tp = message.tp
-        app = self.app
         if (
             not self._handing_out.is_set()
             or tp in self._giving_up
-            or app.topics._tp_to_callback_lock.locked()
-            or not app.flow_control.is_active()
+            or self._conductor._tp_to_callback_lock.locked()
+            or not self._flow_control.is_active()
         ):
             self.declined += 1
             return False
@@ -172,11 +180,12 @@ class BatchHandOut:
             self.declined += 1
             return False
         target = self._target(tp)
-        if target is None or target.queue.full():
+        decode = target.decode if target is not None else None
+        if target is None or decode is None or target.queue.full():
             self.declined += 1
             return False
         try:
-            event = target.decode(message)
+            event = decode(message)
         except Exception:  # Faust's path decodes it again and handles the error
             self.declined += 1
             return False
