@@ -51,6 +51,7 @@ class Table(faust.Table[Any, Any]):
     _last_key: Any = None
     _last_key_bytes: bytes | None = None
     _encodes_once: bool | None = None  # decided at the first read or write
+    _same_bytes_store: SerializedStore[Any, Any] | None = None  # the store, if it encodes once
     _batch_changelog_topic: str | None = None  # the changelog topic's name, for batches
     # The store's codecs looked up once (resolved_codecs), when it encodes as Faust's does.
     _dump_key: Callable[[Any], bytes | None] | None = None
@@ -158,11 +159,12 @@ class Table(faust.Table[Any, Any]):
     def _serialized_store(self) -> SerializedStore[Any, Any] | None:
         """The store when its bytes are the changelog's too, else None (decided once)."""
         if self._encodes_once is None:
-            store = self.data
+            store = self.data  # made once per table: kept, not looked up per read and write
             self._encodes_once = self._changelog_encodes_as_store(store)
             if self._encodes_once:
-                self._resolve_codecs(cast(SerializedStore[Any, Any], store))
-        return cast(SerializedStore[Any, Any], self.data) if self._encodes_once else None
+                self._same_bytes_store = cast(SerializedStore[Any, Any], store)
+                self._resolve_codecs(self._same_bytes_store)
+        return self._same_bytes_store
 
     def _resolve_codecs(self, store: SerializedStore[Any, Any]) -> None:
         """The store's codecs looked up once (`resolved_codecs`), when the store encodes as
