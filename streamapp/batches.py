@@ -35,9 +35,10 @@ Guarantees, the same as for a record of Faust's stream:
   half-processed batch. Catch a record's error inside the body to skip it.
 
 The agent's topics are handed out by the fetch loop without a yield per record
-(`streamapp.faust_compat.eager_hand_out`): read a topic either in batches or record by record,
-not both. Faust's per-stream event sensors (its monitor's ``events_total``) do not count batch
-records; its per-message ones do.
+(`streamapp.faust_compat.eager_hand_out`), each record in one call when nothing in its
+hand-out would wait (`streamapp.faust_compat.batch_hand_out`): read a topic either in batches
+or record by record, not both. Faust's per-stream event sensors (its monitor's
+``events_total``) do not count batch records; its per-message ones do.
 """
 
 from __future__ import annotations

@@ -12,7 +12,8 @@ requests of a static member (`static_membership`); Faust's table writes, encoded
 (`window_expiry`); its rebalance handlers, made incremental under the cooperative protocol
 (`incremental`); its fetch loop's hand-out of each record, without a task per record
 (`eager_hand_out`); its stream's acks and current event for an agent over batches
-(`batch_stream`), and a batch's changelog records, sent together (`batch_changelog`); its
+(`batch_stream`), a batch topic's records handed out in one call (`batch_hand_out`), and a
+batch's changelog records, sent together (`batch_changelog`); its
 exactly_once sends, in the transaction of the record they are made for (`sends`); the offsets
 reader's metadata of topics it finds unknown (`unknown_topics`).
 Every private name those rely on is listed in `PRIVATE_NAMES` below, and nowhere else in
@@ -71,6 +72,14 @@ PRIVATE_NAMES: dict[str, tuple[str, ...]] = {
         "_acked_index",  # batch_stream: a batch acked as Consumer.ack acks one record
         "_n_acked",
         "_waiting_for_ack",
+    ),
+    "faust.transport.conductor:Conductor": (
+        "_tp_index",  # batch_hand_out: the channels a partition's records go to
+        "_tp_to_callback_lock",
+    ),
+    "faust.serializers.registry:Registry": (
+        "_serializer",  # resolved_codecs: the codec Registry's calls pick, looked up once
+        "_prepare_payload",
     ),
     "faust.streams:Stream": (
         "_set_current_event",  # batch_stream: Faust's current event, once per batch

@@ -8,7 +8,8 @@ changelog topic) and then stores the same key and value (encoded again by the st
 store once, and a write encodes the key and value once and gives those bytes to both the
 changelog and the store. The key a read just encoded is kept, by identity, for the write that
 follows it (``table[key] += 1`` passes the same object twice), when it is an immutable str,
-bytes or int.
+bytes or int. The store's codecs are looked up once per table, not per key and value
+(`streamapp.faust_compat.resolved_codecs`), when the store encodes as Faust's own does.
 
 The bytes are the same as before: the changelog topic Faust makes for a table encodes with the
 table's key and value types and serializers, as the store does. A table whose changelog would
@@ -30,13 +31,14 @@ import with the others (`streamapp.faust_compat.PRIVATE_NAMES`):
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, cast
 
 import faust
 from faust.serializers.schemas import Schema
 from faust.stores.base import SerializedStore
 
-from streamapp.faust_compat import batch_changelog
+from streamapp.faust_compat import batch_changelog, resolved_codecs
 
 #: Keys immutable enough to be reused by identity between a read and the write after it.
 _MEMO_KEY_TYPES = (str, bytes, int)
@@ -49,7 +51,12 @@ class Table(faust.Table[Any, Any]):
     _last_key: Any = None
     _last_key_bytes: bytes | None = None
     _encodes_once: bool | None = None  # decided at the first read or write
+    _same_bytes_store: SerializedStore[Any, Any] | None = None  # the store, if it encodes once
     _batch_changelog_topic: str | None = None  # the changelog topic's name, for batches
+    # The store's codecs looked up once (resolved_codecs), when it encodes as Faust's does.
+    _dump_key: Callable[[Any], bytes | None] | None = None
+    _dump_value: Callable[[Any], bytes | None] | None = None
+    _load_value: Callable[[bytes], Any] | None = None
 
     def __getitem__(self, key: Any) -> Any:
         store = self._serialized_store()
@@ -61,6 +68,12 @@ class Table(faust.Table[Any, Any]):
         value = store._get(key_bytes)
         if value is None:
             return self.__missing__(key)
+        load_value = self._load_value
+        if load_value is not None:
+            try:
+                return load_value(value)
+            except Exception:  # the store's own decoding raises Faust's error
+                pass
         return store._decode_value(value)
 
     def __setitem__(self, key: Any, value: Any) -> None:
@@ -68,7 +81,8 @@ class Table(faust.Table[Any, Any]):
         if store is None:
             return super().__setitem__(key, value)
         key_bytes = self._key_bytes(store, key)
-        value_bytes = store._encode_value(value)
+        dump_value = self._dump_value
+        value_bytes = store._encode_value(value) if dump_value is None else dump_value(value)
         changelog = batch_changelog.current()
         if changelog is not None:
             partition = self.partition_for_key(key)
@@ -134,7 +148,10 @@ class Table(faust.Table[Any, Any]):
     def _key_bytes(self, store: SerializedStore[Any, Any], key: Any) -> bytes:
         if key is self._last_key and self._last_key_bytes is not None:
             return self._last_key_bytes
-        key_bytes = store._encode_key(key)
+        dump_key = self._dump_key
+        key_bytes = dump_key(key) if dump_key is not None else None
+        if key_bytes is None:  # the store's own encoding (and its error for a None key)
+            key_bytes = store._encode_key(key)
         if type(key) in _MEMO_KEY_TYPES:
             self._last_key, self._last_key_bytes = key, key_bytes
         return key_bytes
@@ -142,8 +159,33 @@ class Table(faust.Table[Any, Any]):
     def _serialized_store(self) -> SerializedStore[Any, Any] | None:
         """The store when its bytes are the changelog's too, else None (decided once)."""
         if self._encodes_once is None:
-            self._encodes_once = self._changelog_encodes_as_store(self.data)
-        return cast(SerializedStore[Any, Any], self.data) if self._encodes_once else None
+            store = self.data  # made once per table: kept, not looked up per read and write
+            self._encodes_once = self._changelog_encodes_as_store(store)
+            if self._encodes_once:
+                self._same_bytes_store = cast(SerializedStore[Any, Any], store)
+                self._resolve_codecs(self._same_bytes_store)
+        return self._same_bytes_store
+
+    def _resolve_codecs(self, store: SerializedStore[Any, Any]) -> None:
+        """The store's codecs looked up once (`resolved_codecs`), when the store encodes as
+        Faust's SerializedStore does (its methods not overridden)."""
+        cls = type(store)
+        if (cls._encode_key, cls._encode_value, cls._decode_value) != (
+            SerializedStore._encode_key,
+            SerializedStore._encode_value,
+            SerializedStore._decode_value,
+        ):
+            return
+        registry = self.app.serializers
+        self._dump_key = resolved_codecs.dumper(
+            registry, "key", store.key_type, store.key_serializer
+        )
+        self._dump_value = resolved_codecs.dumper(
+            registry, "value", store.value_type, store.value_serializer
+        )
+        self._load_value = resolved_codecs.loader(
+            registry, "value", store.value_type, store.value_serializer
+        )
 
     def _changelog_encodes_as_store(self, store: Any) -> bool:
         if not isinstance(store, SerializedStore) or self.schema is not None:

@@ -138,6 +138,12 @@
     table, after the give-up's commit; or to Faust's ``highwater``, which asserts the
     partition is assigned and crashed the fetcher). Delete when Faust's pause and revocation
     clear a partition's buffered state. Test: tests/unit/streamapp/faust_compat/test_transport.py.
+
+19. A record of a topic an agent reads in batches is handed to its stream's queue in one call
+    when nothing in the hand-out would wait (``Consumer.wait_first``; see
+    ``streamapp.faust_compat.batch_hand_out``, which says when to delete it): the ledger, the
+    tracking and the queue put of ``hand_out_between_commits`` and the conductor, without their
+    coroutines, and decoded with codecs resolved once per channel.
 """
 
 from __future__ import annotations
@@ -157,6 +163,7 @@ from faust.types.transports import TPorTopicSet
 from mode.services import WaitResults
 
 from streamapp.faust_compat import access, incremental, sends, static_membership, unknown_topics
+from streamapp.faust_compat.batch_hand_out import BatchHandOut
 from streamapp.faust_compat.eager_hand_out import (
     AHEAD_LIMIT,
     BATCH_AHEAD_LIMIT,
@@ -546,6 +553,8 @@ class Consumer(faust_aiokafka.Consumer):
         #: the fetch loop is handing out (noted by `getmany`).
         self.batch_topics: set[str] = set()
         self._fetched_topic: str | None = None
+        self._fetched_message: Message | None = None
+        self._batch_hand_out = BatchHandOut(self, self._admit, self._handing_out, self._giving_up)
 
     async def wait_first(self, *coros: Any, timeout: Any = None) -> WaitResults:
         # Faust's fetch loop calls ``wait_first(callback(message), self.suspend_flow.wait())``
@@ -560,11 +569,20 @@ class Consumer(faust_aiokafka.Consumer):
             # A batch agent's record goes without a yield, so that its agent finds a fetch's
             # records in its queue, not one (eager_hand_out, BATCH_AHEAD_LIMIT).
             batched = self._fetched_topic in self.batch_topics
+            may_start = not (self.suspend_flow.is_set() or self.should_stop) and len(
+                self.unacked
+            ) < (BATCH_AHEAD_LIMIT if batched else AHEAD_LIMIT)
+            if batched and may_start and self._batch_hand_out(self._fetched_message):
+                # Handed out (or refused by the ledger) in one call (batch_hand_out, fix 19):
+                # the callback's coroutine and the flow's wait never ran.
+                coros[0].close()
+                coros[1].close()
+                self.handed_out_at_once += 1
+                return WaitResults([coros[0]], [None], False)
             waited = await eager_wait_first(
                 coros[0],
                 coros[1],
-                may_start=not (self.suspend_flow.is_set() or self.should_stop)
-                and len(self.unacked) < (BATCH_AHEAD_LIMIT if batched else AHEAD_LIMIT),
+                may_start=may_start,
                 wait_first=super().wait_first,
                 keep_step=not batched,
             )
@@ -627,6 +645,7 @@ class Consumer(faust_aiokafka.Consumer):
         self.fetches_started += 1
         async for tp, message in super().getmany(timeout):
             self._fetched_topic = tp.topic  # the record the fetch loop now hands out
+            self._fetched_message = message
             yield tp, message
 
     async def _getmany(
