@@ -172,7 +172,13 @@ async def batches(
     out: Batch | None = None
     try:
         while not stream.should_stop:
-            taken = await _take(queue, max_records, within)
+            try:
+                taken = await _take(queue, max_records, within)
+            except StopAsyncIteration:
+                # Faust's actor ends its stream by throwing StopAsyncIteration into the channel
+                # (``Actor.cancel``, at shutdown or a revocation). Raised on out of this async
+                # generator, CPython turns it into a RuntimeError and Faust restarts the agent.
+                return
             generation = app.consumer_generation_id
             ready: list[EventT[Any]] = []
             skipped = []

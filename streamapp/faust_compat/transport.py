@@ -139,7 +139,7 @@
     partition is assigned and crashed the fetcher). Delete when Faust's pause and revocation
     clear a partition's buffered state. Test: tests/unit/streamapp/faust_compat/test_transport.py.
 
-19. A record of a topic an agent reads in batches is handed to its stream's queue in one call
+21. A record of a topic an agent reads in batches is handed to its stream's queue in one call
     when nothing in the hand-out would wait (``Consumer.wait_first``; see
     ``streamapp.faust_compat.batch_hand_out``, which says when to delete it): the ledger, the
     tracking and the queue put of ``hand_out_between_commits`` and the conductor, without their
@@ -573,7 +573,7 @@ class Consumer(faust_aiokafka.Consumer):
                 self.unacked
             ) < (BATCH_AHEAD_LIMIT if batched else AHEAD_LIMIT)
             if batched and may_start and self._batch_hand_out(self._fetched_message):
-                # Handed out (or refused by the ledger) in one call (batch_hand_out, fix 19):
+                # Handed out (or refused by the ledger) in one call (batch_hand_out, fix 21):
                 # the callback's coroutine and the flow's wait never ran.
                 coros[0].close()
                 coros[1].close()

@@ -142,6 +142,20 @@ async def test_a_batch_waits_within_seconds_for_more_records(tmp_path: Path) -> 
     await iterator.aclose()
 
 
+async def test_a_cancelled_actor_ends_the_batches_without_an_error(tmp_path: Path) -> None:
+    # Faust's Actor.cancel (worker shutdown, revocation) throws StopAsyncIteration into the
+    # channel's queue; the agent's `async for` must end there, not raise a RuntimeError.
+    app = _app(tmp_path)
+    topic = app.topic(TOPIC, key_type=bytes, value_type=bytes, partitions=1)
+    stream = app.stream(topic)
+    iterator = batches(stream, max_records=10).__aiter__()
+    waiting = asyncio.ensure_future(iterator.__anext__())
+    await asyncio.sleep(0)
+    await stream.channel.throw(StopAsyncIteration())  # what Actor.cancel does, in sync form
+    with pytest.raises(StopAsyncIteration):
+        await waiting
+
+
 def test_max_records_must_be_positive(tmp_path: Path) -> None:
     stream = _app(tmp_path).stream(faust.App("x").topic(TOPIC))
     with pytest.raises(ValueError, match="max_records"):
