@@ -138,6 +138,21 @@
     table, after the give-up's commit; or to Faust's ``highwater``, which asserts the
     partition is assigned and crashed the fetcher). Delete when Faust's pause and revocation
     clear a partition's buffered state. Test: tests/unit/streamapp/faust_compat/test_transport.py.
+
+19. A fetch request built while records of some partitions are still waiting to be handed out
+    waits at most ``PENDING_FETCH_MAX_WAIT_MS`` (0.1 s) for records, not Faust's 1.5 s
+    (`wait_less_while_records_pending`). aiokafka leaves a partition whose fetched records
+    the app has not taken yet out of the next fetch request, and sends that request anyway
+    once its prefetch backoff (0.1 s) is over; it keeps one fetch in flight per broker. When
+    the partitions left in the request were idle (the events topic between bursts, standby
+    changelogs, the active tables' changelogs), the broker held it the full 1.5 s, and the
+    partitions left out, busy ones, could not be fetched again until it came back: on a busy
+    worker, whose fetch loop is often 0.1 s behind, every partition went without records
+    about 1.5 s at a time, in steady state as in a rebalance (the "stopped" column of
+    ``bench/rebalance.py``, docs/rebalance-pauses.md). A request that holds every fetchable
+    partition keeps the long wait: new records on any of them answer it at once. Delete when
+    aiokafka sends the partitions with records pending in the next request, or Faust's fetch
+    max wait is a setting. Test: tests/unit/streamapp/faust_compat/test_transport.py.
 """
 
 from __future__ import annotations
@@ -171,6 +186,10 @@ logger = logging.getLogger(__name__)
 #: wait otherwise, is 1.5 s.
 RECOVERY_FETCH_MAX_WAIT_MS = 100
 
+#: aiokafka's wait for records of a fetch built while records of other partitions are still
+#: waiting to be handed out (fix 19).
+PENDING_FETCH_MAX_WAIT_MS = 100
+
 #: True in the task of Faust's fetch loop (set by `Consumer.getmany`); a context variable, so
 #: the tasks recovery runs its seeks in (mode's ``wait_first`` makes new ones) never see it.
 IN_FETCH_LOOP: ContextVar[bool] = ContextVar("streamapp_in_fetch_loop", default=False)
@@ -191,6 +210,32 @@ def deleted_before_read(
         if offset is not None and offset >= 0 and start is not None and offset < start:
             lost[tp] = (offset, start)
     return lost
+
+
+def wait_less_while_records_pending(fetcher: Any) -> None:
+    """Shorten the fetch requests ``fetcher`` (aiokafka's) builds while records it fetched are
+    still waiting to be handed out (fix 19). Idempotent.
+
+    Wraps the fetcher's own ``_get_actions_per_node`` (instance attribute, so only this
+    consumer's fetcher): aiokafka builds every request there, from the partitions that have
+    no records pending, and reads its wait from ``_fetch_max_wait_ms`` (fix 16 shortens that
+    during a recovery; this only lowers it further).
+    """
+    if getattr(fetcher, "_streamapp_pending_wait", False):
+        return
+    build = fetcher._get_actions_per_node
+
+    def get_actions_per_node(assignment: Any) -> Any:
+        actions = build(assignment)
+        if fetcher._records:
+            # Partitions left out for their pending records need a fetch as soon as the app
+            # takes them: the request in flight must not hold them up.
+            for _node_id, request in actions[0]:
+                request._max_wait_ms = min(request._max_wait_ms, PENDING_FETCH_MAX_WAIT_MS)
+        return actions
+
+    fetcher._get_actions_per_node = get_actions_per_node
+    fetcher._streamapp_pending_wait = True
 
 
 def offsets_reader(app: Any, transport: Any, *, read_committed: bool) -> aiokafka.AIOKafkaConsumer:
@@ -280,6 +325,7 @@ class ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
         # Runs in this thread as each fetch of Faust's fetch loop begins; the loop is waiting
         # for it, so its count is this fetch's, and it handed out what the fetches before
         # returned (fix 17).
+        wait_less_while_records_pending(consumer._fetcher)
         watched = self.watched_positions
         if watched:
             started = getattr(self.consumer, "fetches_started", -1)
