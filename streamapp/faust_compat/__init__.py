@@ -63,6 +63,8 @@ PRIVATE_NAMES: dict[str, tuple[str, ...]] = {
         "_paused_partitions",
         "_clean_unacked_messages",
         "_filter_committable_offsets",
+        "_commit_offsets",  # transport fix 20: a refused commit is sent again
+        "_should_commit",
         "_wait_for_ack",
         "_commit_fut",
         "_read_offset",  # recovery: the last record handed out per partition

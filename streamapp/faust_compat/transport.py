@@ -153,6 +153,21 @@
     partition keeps the long wait: new records on any of them answer it at once. Delete when
     aiokafka sends the partitions with records pending in the next request, or Faust's fetch
     max wait is a setting. Test: tests/unit/streamapp/faust_compat/test_transport.py.
+
+20. A commit the broker refused (at-least-once) is tried again at the next commit
+    (``Consumer._commit_offsets``, ``_filter_committable_offsets``, `note_commit_outcome`).
+    Faust takes the offsets it commits out of its acked offsets and notes them as committed
+    whether the commit went through or not, so a refused commit was never sent again: the
+    partition's committed offset stayed behind until a later record was processed on it.
+    Under the cooperative protocol a worker processes on through every join, and the commits
+    it sends meanwhile under the old generation are refused (``IllegalGenerationError``, see
+    `streamapp.faust_compat.coordinator`); a partition whose last records were processed then
+    kept a committed offset behind them for good (processed again by its next owner;
+    ``bench/rebalance.py`` once waited five minutes for "events not all consumed" after
+    loading its table). A refused offset of a partition revoked since is dropped, never sent
+    by its former owner; under exactly_once nothing changes (what a transaction that did not
+    commit covered is processed again). Delete when Faust notes an offset as committed only
+    once its commit succeeded. Test: tests/unit/streamapp/faust_compat/test_commit_gaps.py.
 """
 
 from __future__ import annotations
@@ -160,7 +175,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
-from collections.abc import AsyncIterator, Collection, Iterable, Mapping
+from collections.abc import AsyncIterator, Collection, Iterable, Mapping, MutableMapping
 from contextvars import ContextVar
 from typing import Any
 
@@ -236,6 +251,28 @@ def wait_less_while_records_pending(fetcher: Any) -> None:
 
     fetcher._get_actions_per_node = get_actions_per_node
     fetcher._streamapp_pending_wait = True
+
+
+def note_commit_outcome(
+    committed_offsets: MutableMapping[TP, int | None],
+    refused: dict[TP, int],
+    before: Mapping[TP, int | None],
+    sent: Mapping[TP, int],
+    *,
+    committed: bool,
+) -> None:
+    """After Faust's commit of ``sent`` (fix 20): a commit that went through settles what was
+    refused before it; a refused one puts the committed offsets back to what they were
+    ``before`` it (Faust noted ``sent`` as committed) and keeps ``sent`` in ``refused``, to be
+    sent again."""
+    for tp, offset in sent.items():
+        if committed:
+            if refused.get(tp, offset) <= offset:
+                refused.pop(tp, None)
+            continue
+        if committed_offsets.get(tp) == offset:
+            committed_offsets[tp] = before.get(tp)
+        refused[tp] = max(offset, refused.get(tp, offset))
 
 
 def offsets_reader(app: Any, transport: Any, *, read_committed: bool) -> aiokafka.AIOKafkaConsumer:
@@ -559,6 +596,8 @@ class Consumer(faust_aiokafka.Consumer):
         self.fetches_started = 0
         self._handing_out.set()
         self._commit_lock = asyncio.Lock()
+        #: Offsets a commit sent and the broker refused, to send again (fix 20).
+        self._refused_commits: dict[TP, int] = {}
         hand_out = self.callback
         acks_enabled_for = self.app.topics.acks_enabled_for
 
@@ -803,6 +842,7 @@ class Consumer(faust_aiokafka.Consumer):
         if incremental.incremental_join(self.app):
             await self._give_up(revoked)
             self._hand_out_ledger.forget(revoked)
+            self._forget_refused_commits(revoked)
             await super().on_partitions_revoked(revoked)
             return
         self._hand_out_ledger.forget(revoked)
@@ -834,7 +874,40 @@ class Consumer(faust_aiokafka.Consumer):
                 # they cover is safe to commit even if an agent is still stuck on a record.
                 await self._all_handed_out_processed()
                 await self._commit_all_acked()
+        self._forget_refused_commits(revoked)
         await super().on_partitions_revoked(revoked)
+
+    async def _commit_offsets(
+        self, offsets: Mapping[TP, int], start_new_transaction: bool = True
+    ) -> bool:
+        # Faust notes the offsets as committed even when the commit failed (fix 20).
+        assigned = self.assignment()
+        before = {tp: self._committed_offset[tp] for tp in offsets}
+        committed: bool = await super()._commit_offsets(
+            offsets, start_new_transaction=start_new_transaction
+        )
+        note_commit_outcome(
+            self._committed_offset,
+            self._refused_commits,
+            before,
+            {tp: offset for tp, offset in offsets.items() if tp in assigned},
+            committed=committed or bool(self.in_transaction),
+        )
+        return committed
+
+    def _filter_committable_offsets(self, tps: Iterable[TP]) -> dict[TP, int]:
+        tps = list(tps)
+        offsets: dict[TP, int] = super()._filter_committable_offsets(tps)
+        for tp in tps:
+            refused = self._refused_commits.get(tp)
+            if refused is not None and tp not in offsets and self._should_commit(tp, refused):
+                offsets[tp] = refused  # sent again (fix 20)
+        return offsets
+
+    def _forget_refused_commits(self, revoked: Iterable[TP]) -> None:
+        # Its next owner commits it now: an offset of ours sent later could move it back.
+        for tp in revoked:
+            self._refused_commits.pop(tp, None)
 
     async def _give_up(self, revoked: set[TP]) -> None:
         """An incremental rebalance lost ``revoked``: they stop, and what was processed of them
