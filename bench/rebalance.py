@@ -565,6 +565,7 @@ def table(
         lines.append(
             f"kill -9 + restart, wall seconds from the kill to every event committed: {walls}"
         )
+    lines.extend(_worst_stops(results, shown))
     errors = ", ".join(
         f"{label} {result.get('table errors', '-')}" for label, result in results.items()
     )
@@ -575,6 +576,23 @@ def table(
         if "failed" in result
     )
     return "\n".join(lines)
+
+
+def _worst_stops(results: dict[str, dict[str, Any]], shown: Iterable[str]) -> list[str]:
+    """Where each step's worst stop began (local time, as the workers' logs say it), to find
+    what the worker owning that partition was doing (``--log-dir``)."""
+    found = []
+    for step in shown:
+        for label, result in results.items():
+            cost: StepCost | None = result.get(step)
+            s = cost.stopped if cost is not None else None
+            if s is None or s.seconds is None or s.began is None:
+                continue
+            at = datetime.fromtimestamp(s.began).strftime("%H:%M:%S,%f")[:-3]
+            found.append(
+                f"{label}, {step}: partition {s.partition} stopped {s.seconds:.2f} s from {at}"
+            )
+    return [f"worst stops: {'; '.join(found)}"] if found else []
 
 
 def _runs(names: Iterable[str]) -> list[str]:

@@ -22,11 +22,21 @@ def longest_gap(times: Iterable[float], start: float, end: float) -> float:
     nothing in the window stood still for all of it. Raw: a steady stream at ``r`` events/s has
     gaps of ``1/r`` s while nothing stops.
     """
+    return longest_gap_from(times, start, end)[0]
+
+
+def longest_gap_from(times: Iterable[float], start: float, end: float) -> tuple[float, float]:
+    """`longest_gap` and where it begins: ``(seconds, began at)``, to line it up with the
+    workers' logs."""
     if end < start:
         raise ValueError(f"the window ends ({end}) before it starts ({start})")
     inside = sorted(t for t in times if start <= t <= end)
     edges = [start, *inside, end]
-    return max(later - earlier for earlier, later in pairwise(edges))
+    return max(((later - earlier, earlier) for earlier, later in pairwise(edges)), key=_first)
+
+
+def _first(pair: tuple[float, float]) -> float:
+    return pair[0]
 
 
 def unmoved(
@@ -59,6 +69,7 @@ class Stopped:
     seconds: float | None  # None: no partition stayed where it was
     partition: int | None  # the partition that stood still longest
     unmoved: int  # how many partitions did not move
+    began: float | None = None  # wall time the longest gap began (None: none measured)
 
     def text(self) -> str:
         return "-" if self.seconds is None else f"{self.seconds:.2f}"
@@ -78,9 +89,9 @@ def stopped(
     chosen = sorted(set(partitions))
     if not chosen:
         return Stopped(None, None, 0)
-    gaps = {p: longest_gap(processed.get(p, ()), start, end) for p in chosen}
-    worst = max(gaps, key=lambda p: gaps[p])
-    return Stopped(gaps[worst], worst, len(chosen))
+    gaps = {p: longest_gap_from(processed.get(p, ()), start, end) for p in chosen}
+    worst = max(gaps, key=lambda p: gaps[p][0])
+    return Stopped(gaps[worst][0], worst, len(chosen), gaps[worst][1])
 
 
 def worst(*steps: Stopped) -> Stopped:
@@ -89,4 +100,4 @@ def worst(*steps: Stopped) -> Stopped:
     if not measured:
         return Stopped(None, None, max((s.unmoved for s in steps), default=0))
     top = max(measured, key=lambda s: s.seconds or 0.0)
-    return Stopped(top.seconds, top.partition, min(s.unmoved for s in measured))
+    return Stopped(top.seconds, top.partition, min(s.unmoved for s in measured), top.began)

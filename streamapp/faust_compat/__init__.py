@@ -64,6 +64,8 @@ PRIVATE_NAMES: dict[str, tuple[str, ...]] = {
         "_paused_partitions",
         "_clean_unacked_messages",
         "_filter_committable_offsets",
+        "_commit_offsets",  # transport fix 20: a refused commit is sent again
+        "_should_commit",
         "_wait_for_ack",
         "_commit_fut",
         "_read_offset",  # recovery: the last record handed out per partition
@@ -106,6 +108,11 @@ PRIVATE_NAMES: dict[str, tuple[str, ...]] = {
     ),
     "aiokafka.consumer.fetcher:Fetcher": (
         "_fetch_max_wait_ms",  # transport fix 16: read as each fetch request is built
+        "_get_actions_per_node",  # transport fix 19: builds each fetch request
+        "_records",  # transport fix 19: fetched records not handed out yet
+    ),
+    "aiokafka.protocol.fetch:FetchRequest": (
+        "_max_wait_ms",  # transport fix 19: a request's wait, lowered while records pend
     ),
     "faust.app.base:App": (
         "_new_transport",

@@ -139,6 +139,36 @@
     partition is assigned and crashed the fetcher). Delete when Faust's pause and revocation
     clear a partition's buffered state. Test: tests/unit/streamapp/faust_compat/test_transport.py.
 
+19. A fetch request built while records of some partitions are still waiting to be handed out
+    waits at most ``PENDING_FETCH_MAX_WAIT_MS`` (0.1 s) for records, not Faust's 1.5 s
+    (`wait_less_while_records_pending`). aiokafka leaves a partition whose fetched records
+    the app has not taken yet out of the next fetch request, and sends that request anyway
+    once its prefetch backoff (0.1 s) is over; it keeps one fetch in flight per broker. When
+    the partitions left in the request were idle (the events topic between bursts, standby
+    changelogs, the active tables' changelogs), the broker held it the full 1.5 s, and the
+    partitions left out, busy ones, could not be fetched again until it came back: on a busy
+    worker, whose fetch loop is often 0.1 s behind, every partition went without records
+    about 1.5 s at a time, in steady state as in a rebalance (the "stopped" column of
+    ``bench/rebalance.py``, docs/rebalance-pauses.md). A request that holds every fetchable
+    partition keeps the long wait: new records on any of them answer it at once. Delete when
+    aiokafka sends the partitions with records pending in the next request, or Faust's fetch
+    max wait is a setting. Test: tests/unit/streamapp/faust_compat/test_transport.py.
+
+20. A commit the broker refused (at-least-once) is tried again at the next commit
+    (``Consumer._commit_offsets``, ``_filter_committable_offsets``, `note_commit_outcome`).
+    Faust takes the offsets it commits out of its acked offsets and notes them as committed
+    whether the commit went through or not, so a refused commit was never sent again: the
+    partition's committed offset stayed behind until a later record was processed on it.
+    Under the cooperative protocol a worker processes on through every join, and the commits
+    it sends meanwhile under the old generation are refused (``IllegalGenerationError``, see
+    `streamapp.faust_compat.coordinator`); a partition whose last records were processed then
+    kept a committed offset behind them for good (processed again by its next owner;
+    ``bench/rebalance.py`` once waited five minutes for "events not all consumed" after
+    loading its table). A refused offset of a partition revoked since is dropped, never sent
+    by its former owner; under exactly_once nothing changes (what a transaction that did not
+    commit covered is processed again). Delete when Faust notes an offset as committed only
+    once its commit succeeded. Test: tests/unit/streamapp/faust_compat/test_commit_gaps.py.
+
 21. A record of a topic an agent reads in batches is handed to its stream's queue in one call
     when nothing in the hand-out would wait (``Consumer.wait_first``; see
     ``streamapp.faust_compat.batch_hand_out``, which says when to delete it): the ledger, the
@@ -151,7 +181,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
-from collections.abc import AsyncIterator, Collection, Iterable, Mapping
+from collections.abc import AsyncIterator, Collection, Iterable, Mapping, MutableMapping
 from contextvars import ContextVar
 from typing import Any
 
@@ -178,6 +208,10 @@ logger = logging.getLogger(__name__)
 #: wait otherwise, is 1.5 s.
 RECOVERY_FETCH_MAX_WAIT_MS = 100
 
+#: aiokafka's wait for records of a fetch built while records of other partitions are still
+#: waiting to be handed out (fix 19).
+PENDING_FETCH_MAX_WAIT_MS = 100
+
 #: True in the task of Faust's fetch loop (set by `Consumer.getmany`); a context variable, so
 #: the tasks recovery runs its seeks in (mode's ``wait_first`` makes new ones) never see it.
 IN_FETCH_LOOP: ContextVar[bool] = ContextVar("streamapp_in_fetch_loop", default=False)
@@ -198,6 +232,54 @@ def deleted_before_read(
         if offset is not None and offset >= 0 and start is not None and offset < start:
             lost[tp] = (offset, start)
     return lost
+
+
+def wait_less_while_records_pending(fetcher: Any) -> None:
+    """Shorten the fetch requests ``fetcher`` (aiokafka's) builds while records it fetched are
+    still waiting to be handed out (fix 19). Idempotent.
+
+    Wraps the fetcher's own ``_get_actions_per_node`` (instance attribute, so only this
+    consumer's fetcher): aiokafka builds every request there, from the partitions that have
+    no records pending, and reads its wait from ``_fetch_max_wait_ms`` (fix 16 shortens that
+    during a recovery; this only lowers it further).
+    """
+    if getattr(fetcher, "_streamapp_pending_wait", False):
+        return
+    build = fetcher._get_actions_per_node
+
+    def get_actions_per_node(assignment: Any) -> Any:
+        actions = build(assignment)
+        if fetcher._records:
+            # Partitions left out for their pending records need a fetch as soon as the app
+            # takes them: the request in flight must not hold them up.
+            for _node_id, request in actions[0]:
+                request._max_wait_ms = min(request._max_wait_ms, PENDING_FETCH_MAX_WAIT_MS)
+        return actions
+
+    fetcher._get_actions_per_node = get_actions_per_node
+    fetcher._streamapp_pending_wait = True
+
+
+def note_commit_outcome(
+    committed_offsets: MutableMapping[TP, int | None],
+    refused: dict[TP, int],
+    before: Mapping[TP, int | None],
+    sent: Mapping[TP, int],
+    *,
+    committed: bool,
+) -> None:
+    """After Faust's commit of ``sent`` (fix 20): a commit that went through settles what was
+    refused before it; a refused one puts the committed offsets back to what they were
+    ``before`` it (Faust noted ``sent`` as committed) and keeps ``sent`` in ``refused``, to be
+    sent again."""
+    for tp, offset in sent.items():
+        if committed:
+            if refused.get(tp, offset) <= offset:
+                refused.pop(tp, None)
+            continue
+        if committed_offsets.get(tp) == offset:
+            committed_offsets[tp] = before.get(tp)
+        refused[tp] = max(offset, refused.get(tp, offset))
 
 
 def offsets_reader(app: Any, transport: Any, *, read_committed: bool) -> aiokafka.AIOKafkaConsumer:
@@ -287,6 +369,7 @@ class ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
         # Runs in this thread as each fetch of Faust's fetch loop begins; the loop is waiting
         # for it, so its count is this fetch's, and it handed out what the fetches before
         # returned (fix 17).
+        wait_less_while_records_pending(consumer._fetcher)
         watched = self.watched_positions
         if watched:
             started = getattr(self.consumer, "fetches_started", -1)
@@ -520,6 +603,8 @@ class Consumer(faust_aiokafka.Consumer):
         self.fetches_started = 0
         self._handing_out.set()
         self._commit_lock = asyncio.Lock()
+        #: Offsets a commit sent and the broker refused, to send again (fix 20).
+        self._refused_commits: dict[TP, int] = {}
         hand_out = self.callback
         acks_enabled_for = self.app.topics.acks_enabled_for
 
@@ -776,6 +861,7 @@ class Consumer(faust_aiokafka.Consumer):
         if incremental.incremental_join(self.app):
             await self._give_up(revoked)
             self._hand_out_ledger.forget(revoked)
+            self._forget_refused_commits(revoked)
             await super().on_partitions_revoked(revoked)
             return
         self._hand_out_ledger.forget(revoked)
@@ -807,7 +893,40 @@ class Consumer(faust_aiokafka.Consumer):
                 # they cover is safe to commit even if an agent is still stuck on a record.
                 await self._all_handed_out_processed()
                 await self._commit_all_acked()
+        self._forget_refused_commits(revoked)
         await super().on_partitions_revoked(revoked)
+
+    async def _commit_offsets(
+        self, offsets: Mapping[TP, int], start_new_transaction: bool = True
+    ) -> bool:
+        # Faust notes the offsets as committed even when the commit failed (fix 20).
+        assigned = self.assignment()
+        before = {tp: self._committed_offset[tp] for tp in offsets}
+        committed: bool = await super()._commit_offsets(
+            offsets, start_new_transaction=start_new_transaction
+        )
+        note_commit_outcome(
+            self._committed_offset,
+            self._refused_commits,
+            before,
+            {tp: offset for tp, offset in offsets.items() if tp in assigned},
+            committed=committed or bool(self.in_transaction),
+        )
+        return committed
+
+    def _filter_committable_offsets(self, tps: Iterable[TP]) -> dict[TP, int]:
+        tps = list(tps)
+        offsets: dict[TP, int] = super()._filter_committable_offsets(tps)
+        for tp in tps:
+            refused = self._refused_commits.get(tp)
+            if refused is not None and tp not in offsets and self._should_commit(tp, refused):
+                offsets[tp] = refused  # sent again (fix 20)
+        return offsets
+
+    def _forget_refused_commits(self, revoked: Iterable[TP]) -> None:
+        # Its next owner commits it now: an offset of ours sent later could move it back.
+        for tp in revoked:
+            self._refused_commits.pop(tp, None)
 
     async def _give_up(self, revoked: set[TP]) -> None:
         """An incremental rebalance lost ``revoked``: they stop, and what was processed of them

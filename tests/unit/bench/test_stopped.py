@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from bench.lib import processed_log
-from bench.lib.stopped import Stopped, longest_gap, stopped, unmoved, worst
+from bench.lib.stopped import Stopped, longest_gap, longest_gap_from, stopped, unmoved, worst
 
 
 def test_longest_gap_is_between_consecutive_events_in_the_window() -> None:
@@ -62,7 +62,7 @@ def test_stopped_is_the_worst_gap_of_the_unmoved_partitions_only() -> None:
         2: [10.0, 12.0],  # moved: its 2 s does not count
     }
     result = stopped(processed, [0, 1], 10.0, 12.0)
-    assert result == Stopped(seconds=pytest.approx(1.5), partition=1, unmoved=2)
+    assert result == Stopped(seconds=pytest.approx(1.5), partition=1, unmoved=2, began=10.0)
 
 
 def test_stopped_of_no_partition_is_not_measured() -> None:
@@ -72,9 +72,9 @@ def test_stopped_of_no_partition_is_not_measured() -> None:
 
 
 def test_worst_of_several_windows() -> None:
-    a = Stopped(0.4, 3, 8)
-    b = Stopped(1.2, 5, 7)
-    assert worst(a, b, Stopped(None, None, 0)) == Stopped(1.2, 5, 7)
+    a = Stopped(0.4, 3, 8, 20.0)
+    b = Stopped(1.2, 5, 7, 31.5)
+    assert worst(a, b, Stopped(None, None, 0)) == Stopped(1.2, 5, 7, 31.5)
     assert worst(Stopped(None, None, 0)).seconds is None
 
 
@@ -87,3 +87,8 @@ def test_processed_log_round_trip_skips_torn_lines(tmp_path: Path) -> None:
         log.write("4 101.")  # a worker killed mid-line
     times = processed_log.processing_times([path, tmp_path / "absent.processed"])
     assert times == {3: [pytest.approx(100.05), pytest.approx(100.25)], 4: [pytest.approx(101.0)]}
+
+
+def test_longest_gap_from_says_where_the_gap_began() -> None:
+    assert longest_gap_from([10.0, 10.5, 13.0, 13.2], 10.0, 13.2) == pytest.approx((2.5, 10.5))
+    assert longest_gap_from([], 10.0, 12.5) == pytest.approx((2.5, 10.0))

@@ -56,3 +56,52 @@ async def test_faust_alone_stops_at_the_first_marker() -> None:
     consumer = _bookkeeping(FaustConsumer)
     await _read_and_ack(consumer, READ, None)
     assert consumer._new_offset(TOPIC) == 7
+
+
+def test_a_refused_commit_is_sent_again_at_the_next_commit() -> None:
+    # Transport fix 20: Faust took the offsets out of its acks and noted them committed though
+    # the broker refused the commit (a cooperative join's old generation): never sent again.
+    from streamapp.faust_compat.transport import note_commit_outcome
+
+    consumer = _bookkeeping(Consumer)
+    consumer._refused_commits = {}
+    consumer._acked[TOPIC].extend([0, 1, 2, 3])
+    offsets = consumer._filter_committable_offsets([TOPIC])
+    assert offsets == {TOPIC: 4}
+    consumer._committed_offset[TOPIC] = 4  # as Faust's _commit_offsets notes it, refused or not
+    note_commit_outcome(
+        consumer._committed_offset,
+        consumer._refused_commits,
+        {TOPIC: None},
+        offsets,
+        committed=False,
+    )
+    assert consumer._committed_offset[TOPIC] is None
+    # Nothing processed since: Faust's own filter has nothing left to commit; the refused
+    # offset goes again.
+    assert FaustConsumer._filter_committable_offsets(consumer, [TOPIC]) == {}
+    assert consumer._filter_committable_offsets([TOPIC]) == {TOPIC: 4}
+    consumer._committed_offset[TOPIC] = 4
+    note_commit_outcome(
+        consumer._committed_offset,
+        consumer._refused_commits,
+        {TOPIC: None},
+        {TOPIC: 4},
+        committed=True,
+    )
+    assert consumer._refused_commits == {}
+    assert consumer._filter_committable_offsets([TOPIC]) == {}
+
+
+def test_a_refused_offset_never_moves_a_commit_back() -> None:
+    from streamapp.faust_compat.transport import note_commit_outcome
+
+    consumer = _bookkeeping(Consumer)
+    consumer._refused_commits = {TOPIC: 4}
+    consumer._committed_offset[TOPIC] = 9  # committed further since (a later commit, a seek)
+    assert consumer._filter_committable_offsets([TOPIC]) == {}
+    refused: dict[TP, int] = {TOPIC: 12}
+    note_commit_outcome({TOPIC: 9}, refused, {TOPIC: 9}, {TOPIC: 7}, committed=True)
+    assert refused == {TOPIC: 12}  # a commit below it does not settle it
+    consumer._forget_refused_commits([TOPIC])
+    assert consumer._refused_commits == {}

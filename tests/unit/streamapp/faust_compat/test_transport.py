@@ -163,6 +163,10 @@ async def test_the_positions_of_watched_partitions_are_noted_as_each_fetch_begin
     class Fetcher:
         _closed = False
         _subscriptions = subscription
+        _records: dict[TopicPartition, object] = {}
+
+        def _get_actions_per_node(self, assignment: object) -> tuple[object, ...]:
+            return ([], {}, 0.1, False, [])
 
         async def fetched_records(self, *args: object, **kwargs: object) -> dict[TP, list[int]]:
             return {}
@@ -241,3 +245,38 @@ def test_a_partition_set_aside_for_its_full_queue_comes_back_as_faust_s_did() ->
     consumer.on_buffer_drop(STANDBY)
     assert STANDBY in consumer._active_partitions
     assert STANDBY not in consumer._buffered_partitions
+
+
+class _BuildingFetcher:
+    """aiokafka's Fetcher as fix 19 sees it: records pending, and requests built at 1.5 s."""
+
+    def __init__(self) -> None:
+        self._records: dict[TopicPartition, object] = {}
+        self._fetch_max_wait_ms = 1500
+
+    def _get_actions_per_node(self, assignment: object) -> tuple[object, ...]:
+        from aiokafka.protocol.fetch import FetchRequest
+
+        request = FetchRequest(self._fetch_max_wait_ms, 1, 1 << 20, 0, [("events", [(0, 7, 1)])])
+        return ([(0, request)], {}, 0.1, False, [])
+
+
+def test_a_fetch_built_while_records_are_pending_waits_briefly() -> None:
+    # Transport fix 19: the ticks' partitions, their records not taken yet, were left out of a
+    # request of idle partitions that the broker then held 1.5 s, and them with it.
+    from streamapp.faust_compat.transport import (
+        PENDING_FETCH_MAX_WAIT_MS,
+        wait_less_while_records_pending,
+    )
+
+    fetcher = _BuildingFetcher()
+    wait_less_while_records_pending(fetcher)
+    wait_less_while_records_pending(fetcher)  # once per fetch: wrapped once
+    [(_, idle)] = fetcher._get_actions_per_node(None)[0]
+    assert idle._max_wait_ms == 1500  # every partition asked: new records answer it at once
+    fetcher._records[TopicPartition("ticks", 3)] = object()
+    [(_, partial)] = fetcher._get_actions_per_node(None)[0]
+    assert partial._max_wait_ms == PENDING_FETCH_MAX_WAIT_MS == 100
+    fetcher._fetch_max_wait_ms = 50  # a shorter wait (none of Faust's) stays
+    [(_, shorter)] = fetcher._get_actions_per_node(None)[0]
+    assert shorter._max_wait_ms == 50
