@@ -233,9 +233,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "rebalance_protocol",
         RebalanceProtocol,
-        "how this worker goes through a rebalance: eager (gives up every partition first) or "
-        "cooperative (KIP-429: keeps what it owns and gives up only what moves, once every "
-        "member of the group speaks cooperative)",
+        "how this worker goes through a rebalance: cooperative (KIP-429: keeps what it owns "
+        "and gives up only what moves, once every member of the group speaks cooperative) or "
+        "eager (gives up every partition first)",
     ),
 )
 

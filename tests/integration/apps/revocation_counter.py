@@ -7,9 +7,12 @@ event again.
 
 from __future__ import annotations
 
+import os
+
 from tests.integration.apps.counting import QUICK_REBALANCES, counting_app
 
-APP_ID = "it-revocation"
+#: One per protocol the test runs under (``REVOCATION_APP_ID``): its own group and topics.
+APP_ID = os.environ.get("REVOCATION_APP_ID", "it-revocation")
 PARTITIONS = 4
 TOPIC = f"{APP_ID}-events"
 
