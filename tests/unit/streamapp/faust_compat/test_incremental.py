@@ -284,3 +284,36 @@ async def test_a_gained_partition_whose_resume_is_cut_short_is_resumed_by_the_ne
     await handler.on_recovered()  # the next pass's
     assert calls[:3] == ["complete", f"seek {[GAINED]}", f"resume {[GAINED]}"]
     assert handler.held == set()
+
+
+async def test_a_completion_the_next_rebalance_overtook_leaves_the_ending_to_that_one() -> None:
+    # The next rebalance's handlers ran while this completion waited on its seek, before that
+    # rebalance's recovery signal (sent after its table steps) could cancel it. Ending the
+    # rebalance here stopped keeping the queues while the next pass was still to run: Faust's
+    # recovery calls flow_control.resume(), which then emptied the queue of a partition kept
+    # flowing, and its record there was never processed (test_cooperative_upgrade's w3).
+    calls: list[str] = []
+    app = _app(calls)
+    app.flow_control = incremental.IncrementalFlowControl()
+    app.tables.recovery.incremental_pass = True  # the next rebalance has something to read
+    gained_next = TP("events", 3)
+    app.consumer.assignment = lambda: {KEPT, GAINED, gained_next}
+    seek_started, seek_done = asyncio.Event(), asyncio.Event()
+
+    async def seek_waiting_on_the_coordinator(tps: set[TP]) -> None:
+        calls.append(f"seek {sorted(tps)}")
+        seek_started.set()
+        await seek_done.wait()
+
+    app.consumer.seek_to_committed_partitions = seek_waiting_on_the_coordinator
+    handler = incremental.IncrementalRebalance(app)
+    handler.held = {GAINED}
+    completion = asyncio.ensure_future(handler.on_recovered())
+    await seek_started.wait()
+    await handler.on_partitions_assigned({KEPT, GAINED, gained_next}, set(), {gained_next})
+    seek_done.set()
+    await completion
+    assert f"resume {[GAINED]}" in calls  # its own gained partition resumes all the same
+    assert handler.held == {gained_next}
+    assert "end" not in calls and "resume_flow" not in calls
+    assert app.flow_control.keep_queues  # the next pass's resume leaves the queues alone
