@@ -38,8 +38,8 @@ which its streams skip records) stays as it was through an incremental rebalance
 queues while the flow was never suspended (`IncrementalFlowControl`). Commits still carry the
 group's generation: aiokafka's coordinator sends its own.
 
-Eager rebalances (the default protocol, and a cooperative worker while its group is still
-eager) go Faust's way, untouched, and so does a cooperative join that comes while the recovery
+Eager rebalances (``--rebalance-protocol eager``, and a cooperative worker while its group is
+still eager) go Faust's way, untouched, and so does a cooperative join that comes while the recovery
 of an eager rebalance is under way (`ready`): Faust paused every partition for that recovery,
 and only its own end of it resumes them.
 """
