@@ -47,6 +47,7 @@ PRIVATE_NAMES: dict[str, tuple[str, ...]] = {
         "_consumer",  # access.group_coordinator
         "_highwaters",  # transport fix 2 and 13: ends by ListOffsets, on the offsets reader
         "_fetch_records",  # transport fix 17: positions noted as each fetch begins
+        "_seek_wait",  # transport fix 7: records of a partition not active sent back
     ),
     "faust.transport.drivers.aiokafka:ConsumerRebalanceListener": (
         "_thread",  # transport: the app's generation kept through an incremental rebalance

@@ -42,8 +42,11 @@
 
 7. Records fetched for a partition that is not active when they arrive are not dropped while
    aiokafka's position passes them: the partition goes back to the first of them (see
-   ``Consumer._getmany``). Delete when Faust's getmany hands aiokafka the partitions it will
-   keep records of. Test: tests/unit/streamapp/test_hand_out.py.
+   ``Consumer._getmany``), if it is still assigned (``ConsumerThread.seek_back``): one given up
+   while its records were on their way (an incremental rebalance) has no position to go back
+   to, aiokafka's seek raised IllegalStateError and the fetch loop crashed the worker. Delete
+   when Faust's getmany hands aiokafka the partitions it will keep records of. Test:
+   tests/unit/streamapp/test_hand_out.py.
 
 8. Faust's livelock check skips a partition that has no position yet (awaiting an offset
    reset) instead of crashing the worker on aiokafka's assertion (see
@@ -183,7 +186,7 @@ import gc
 import logging
 from collections.abc import AsyncIterator, Collection, Iterable, Mapping, MutableMapping
 from contextvars import ContextVar
-from typing import Any
+from typing import Any, cast
 
 import aiokafka
 from aiokafka.errors import KafkaError
@@ -313,6 +316,19 @@ class ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
     watched_positions: frozenset[TP] = frozenset()
     #: (the fetch loop's count of the fetch, ``tp -> position``) at the latest fetch begun.
     positions_at_fetch_start: tuple[int, Mapping[TP, int]] = (-1, {})
+
+    async def seek_back(self, partitions: Mapping[TP, int]) -> None:
+        """``partitions`` back to these offsets, those still assigned only (transport fix 7)."""
+        await self.call_thread(self._seek_back_assigned, partitions)
+
+    async def _seek_back_assigned(self, partitions: Mapping[TP, int]) -> None:
+        # In the consumer thread, where rebalances run too: nothing is given up between the
+        # check and the seek. A partition given up has no position; its records go nowhere.
+        consumer = self._ensure_consumer()
+        assigned = consumer.assignment()
+        still = {tp: offset for tp, offset in partitions.items() if tp in assigned}
+        if still:
+            await self._seek_wait(consumer, still)
 
     def _create_worker_consumer(self, transport: Any) -> aiokafka.AIOKafkaConsumer:
         consumer = super()._create_worker_consumer(transport)
@@ -754,7 +770,7 @@ class Consumer(faust_aiokafka.Consumer):
         }
         if not passed:
             return records
-        await self._thread.seek_wait(passed)
+        await cast(ConsumerThread, self._thread).seek_back(passed)
         return {tp: batch for tp, batch in records.items() if tp not in passed}
 
     async def perform_seek(self) -> None:

@@ -196,7 +196,7 @@ async def test_records_of_a_partition_not_active_send_it_back_to_the_first_of_th
     async def seek_wait(offsets: dict[TP, int]) -> None:
         sought.append(dict(offsets))
 
-    consumer._thread = SimpleNamespace(getmany=getmany, seek_wait=seek_wait)
+    consumer._thread = SimpleNamespace(getmany=getmany, seek_back=seek_wait)
     records = await consumer._getmany({STREAM}, 1.0)
     assert set(records) == {STREAM}
     assert sought == [{CHANGELOG: 0}]
@@ -204,4 +204,35 @@ async def test_records_of_a_partition_not_active_send_it_back_to_the_first_of_th
     consumer._buffered_partitions = {CHANGELOG}
     sought.clear()
     assert set(await consumer._getmany({STREAM}, 1.0)) == {STREAM, CHANGELOG}
+    assert sought == []
+
+
+async def test_a_partition_given_up_meanwhile_is_not_sought_back() -> None:
+    # An incremental rebalance gave a changelog partition up while its records were on their
+    # way: aiokafka's seek of a partition not assigned raises IllegalStateError, which crashed
+    # the fetch loop and the worker (test_cooperative_upgrade's w2). Its records go nowhere.
+    from aiokafka import TopicPartition
+    from aiokafka.errors import IllegalStateError
+
+    from streamapp.faust_compat.transport import ConsumerThread
+
+    sought: list[dict[TP, int]] = []
+
+    class _Aiokafka:
+        def assignment(self) -> set[TopicPartition]:
+            return {TopicPartition(STREAM.topic, STREAM.partition)}
+
+    async def seek_wait(consumer: Any, offsets: dict[TP, int]) -> None:
+        for tp in offsets:
+            if tp not in consumer.assignment():
+                raise IllegalStateError(f"No current assignment for partition {tp}")
+        sought.append(dict(offsets))
+
+    thread: Any = object.__new__(ConsumerThread)
+    thread._ensure_consumer = _Aiokafka
+    thread._seek_wait = seek_wait
+    await thread._seek_back_assigned({CHANGELOG: 0, STREAM: 7})
+    assert sought == [{STREAM: 7}]
+    sought.clear()
+    await thread._seek_back_assigned({CHANGELOG: 0})
     assert sought == []
