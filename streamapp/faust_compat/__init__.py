@@ -15,7 +15,8 @@ requests of a static member (`static_membership`); Faust's table writes, encoded
 (`batch_stream`), a batch topic's records handed out in one call (`batch_hand_out`), and a
 batch's changelog records, sent together (`batch_changelog`); its
 exactly_once sends, in the transaction of the record they are made for (`sends`); the offsets
-reader's metadata of topics it finds unknown (`unknown_topics`).
+reader's metadata of topics it finds unknown (`unknown_topics`); aiokafka's producer sender's
+metadata refreshes, spaced by its retry backoff (`producer_metadata`).
 Every private name those rely on is listed in `PRIVATE_NAMES` below, and nowhere else in
 streamapp is one named (a unit test reads every module for them).
 
@@ -152,6 +153,12 @@ PRIVATE_NAMES: dict[str, tuple[str, ...]] = {
         "_producer",  # batch_changelog: a batch's changelog records, on aiokafka's producer
         "_transaction_producers",
         "_trn_locks",
+    ),
+    "aiokafka.producer.producer:AIOKafkaProducer": (
+        "_sender",  # producer_metadata (transport fix 20): its sender's refreshes, spaced
+    ),
+    "aiokafka.producer.sender:Sender": (
+        "_retry_backoff",  # producer_metadata: the backoff between them
     ),
     "faust.stores.rocksdb:Store": ("_dbs", "_key_index"),
     "faust.stores.base:SerializedStore": (

@@ -8,7 +8,7 @@ from mode.utils.futures import stampede
 from mode.utils.objects import cached_property
 from mode.utils.queues import FlowControlEvent
 
-from streamapp.faust_compat import coordinator, incremental, producer_wait
+from streamapp.faust_compat import coordinator, incremental, producer_metadata, producer_wait
 from streamapp.faust_compat.transport import Transport
 
 
@@ -40,10 +40,13 @@ class FaustApp(faust.App):
     def _new_transport(self) -> TransportT:
         # Faust's, except that the consumer runs our assignor even without tables or standbys
         # (transport fix 1). As faust.App._new_transport: every consumer broker URL. Its group
-        # coordinator survives error answers to JoinGroup and SyncGroup (`coordinator`), and a
-        # write to a partition the producer does not know waits for it (`producer_wait`).
+        # coordinator survives error answers to JoinGroup and SyncGroup (`coordinator`), a
+        # write to a partition the producer does not know waits for it (`producer_wait`), and
+        # the producer's sender waits a backoff between its metadata refreshes
+        # (`producer_metadata`).
         coordinator.install()
         producer_wait.install()
+        producer_metadata.install()
         return Transport(self.conf.broker_consumer, self)
 
     @cached_property

@@ -177,6 +177,13 @@
     ``streamapp.faust_compat.batch_hand_out``, which says when to delete it): the ledger, the
     tracking and the queue put of ``hand_out_between_commits`` and the conductor, without their
     coroutines, and decoded with codecs resolved once per channel.
+
+20. aiokafka's producer sender waits the producer's ``retry_backoff_ms`` between the metadata
+    refreshes it asks for (`streamapp.faust_compat.producer_metadata`, which says when to delete
+    it): holding a record for a partition that is gone (a changelog deleted, or recreated with
+    fewer partitions) it asked again as each answer came, about 2,000 times a second.
+    Tests: tests/unit/streamapp/faust_compat/test_producer_metadata.py;
+    tests/integration/test_producer_metadata.py.
 """
 
 from __future__ import annotations
