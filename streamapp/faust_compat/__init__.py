@@ -155,7 +155,7 @@ PRIVATE_NAMES: dict[str, tuple[str, ...]] = {
         "_trn_locks",
     ),
     "aiokafka.producer.producer:AIOKafkaProducer": (
-        "_sender",  # producer_metadata (transport fix 20): its sender's refreshes, spaced
+        "_sender",  # producer_metadata (transport fix 22): its sender's refreshes, spaced
     ),
     "aiokafka.producer.sender:Sender": (
         "_retry_backoff",  # producer_metadata: the backoff between them

@@ -17,7 +17,7 @@ refresh, within one backoff. Refreshes the producer itself asks for (the first s
 `streamapp.faust_compat.producer_wait`) are not spaced: only the sender spun.
 
 Installed once per process by `install` (from `streamapp.faust_compat.app`), as each producer
-starts. Transport fix 20. aiokafka names used: ``AIOKafkaProducer.start`` (wrapped),
+starts. Transport fix 22. aiokafka names used: ``AIOKafkaProducer.start`` (wrapped),
 ``_sender`` and the sender's ``client`` and ``_retry_backoff``; the client's
 ``force_metadata_update``. Delete when aiokafka's sender waits a backoff between the metadata
 refreshes it asks for.

@@ -178,7 +178,7 @@
     tracking and the queue put of ``hand_out_between_commits`` and the conductor, without their
     coroutines, and decoded with codecs resolved once per channel.
 
-20. aiokafka's producer sender waits the producer's ``retry_backoff_ms`` between the metadata
+22. aiokafka's producer sender waits the producer's ``retry_backoff_ms`` between the metadata
     refreshes it asks for (`streamapp.faust_compat.producer_metadata`, which says when to delete
     it): holding a record for a partition that is gone (a changelog deleted, or recreated with
     fewer partitions) it asked again as each answer came, about 2,000 times a second.

@@ -1,5 +1,5 @@
 """aiokafka's producer holding a record for a partition that is gone asks for metadata a
-backoff apart, not as fast as the broker answers (transport fix 20, producer_metadata).
+backoff apart, not as fast as the broker answers (transport fix 22, producer_metadata).
 
 The producer sends a record to partition 3 of a topic after the topic was deleted (its metadata
 still has the partition, so the record is taken and held): first while the topic is missing,
