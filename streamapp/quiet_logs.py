@@ -17,9 +17,9 @@ demoted.
 Some lines are chatter only about some topics: those a line of streamapp's own explains
 (`explained_topics`, a table's changelog, which `streamapp.changelog_watch` names in one
 WARNING with what to do). aiokafka says "Topic ... not found in cluster metadata" at ERROR at
-each metadata answer without the topic, and its producer asks again at once, without a
-backoff, while it holds a record for a partition that is gone: a changelog deleted with
-events flowing wrote one to two thousand such lines a second, and buried the watch's line.
+each metadata answer without the topic, and its producer, while it holds a record for a
+partition that is gone, asks again every ``retry_backoff_ms`` (transport fix 22; before it,
+at once: one to two thousand lines a second, which buried the watch's line).
 `TOPIC_CHATTER` lists those lines; about any other topic (a source topic deleted, where
 aiokafka's line is the only word) they stay as they were.
 """
