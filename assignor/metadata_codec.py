@@ -68,6 +68,10 @@ class MemberMetadata:
     #: Whether this member kept the partitions it owns through this join (cooperative): the
     #: leader must not give them to another member before this one has given them up.
     kept_owned: bool = False
+    #: topic -> partitions its last assignment said were planned for it but withheld that round
+    #: (`MemberAssignment.incoming`). A claim for the next plan, at ``generation``, and not a
+    #: partition it holds: kept apart from ``owned_active``, which says what it processes.
+    incoming: TopicPartitions = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -89,6 +93,11 @@ class MemberAssignment:
     #: "cooperative" when every member of this plan speaks cooperative: members then keep what
     #: they own through the next join. Leaders without this field planned eager.
     group_protocol: str = "eager"
+    #: Cooperative: topic -> partitions the plan gave this member but withheld this round while
+    #: their old member revokes them. The member claims them in its next join (see
+    #: `MemberMetadata.incoming`), so the follow-up round hands them to it. Leaders without
+    #: this field sent none.
+    incoming: TopicPartitions = field(default_factory=dict)
 
 
 def encode_metadata(metadata: MemberMetadata, *, limit: int = MAX_METADATA_BYTES) -> bytes:
@@ -128,6 +137,7 @@ def decode_metadata(data: bytes) -> MemberMetadata:
             changelog_ends=_offsets(payload.get("e", {}), "e"),
             protocol=_protocol(payload),
             kept_owned=_bool(payload, "K"),
+            incoming=_partitions(payload.get("I", {}), "I"),
         )
     except (KeyError, TypeError) as exc:
         raise MetadataError(f"member metadata is malformed: {exc}") from None
@@ -146,6 +156,8 @@ def encode_assignment(assignment: MemberAssignment) -> bytes:
     }
     if assignment.group_protocol != "eager":
         payload["P"] = assignment.group_protocol
+    if any(assignment.incoming.values()):
+        payload["i"] = _sorted_partitions(assignment.incoming)
     return _pack(ASSIGNMENT_VERSION, payload)
 
 
@@ -171,6 +183,7 @@ def decode_assignment(data: bytes) -> MemberAssignment:
             actives_by_url={str(url): _partitions(tps, "d") for url, tps in by_url.items()},
             topic_groups={str(k): v for k, v in groups.items()},
             group_protocol=_protocol(payload),
+            incoming=_partitions(payload.get("i", {}), "i"),
         )
     except (KeyError, TypeError) as exc:
         raise MetadataError(f"assignment is malformed: {exc}") from None
@@ -201,6 +214,8 @@ def _metadata_payload(metadata: MemberMetadata, offsets: TopicOffsets) -> dict[s
         payload["P"] = metadata.protocol
     if metadata.kept_owned:
         payload["K"] = True
+    if any(metadata.incoming.values()):
+        payload["I"] = _sorted_partitions(metadata.incoming)
     return payload
 
 
@@ -214,7 +229,7 @@ def _sorted_offsets(offsets: TopicOffsets) -> dict[str, dict[str, int]]:
 
 def _owned_offsets(metadata: MemberMetadata) -> dict[str, dict[int, int]]:
     owned: dict[str, set[int]] = {}
-    for claims in (metadata.owned_active, metadata.owned_standby):
+    for claims in (metadata.owned_active, metadata.owned_standby, metadata.incoming):
         for topic, partitions in claims.items():
             owned.setdefault(topic, set()).update(partitions)
     return {

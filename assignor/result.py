@@ -22,7 +22,9 @@ index holding each partition active (-1: nobody).
 
 The result has every member of the scenario, partition lists sorted, empty
 topics omitted, ``unassigned`` as every partition active nowhere and not
-revoking, and these ``stats`` (a strategy's own ``stats`` are added, but cannot
+revoking, ``incoming`` (cooperative, only when not empty: member id -> topic ->
+partitions planned for that member but withheld this round, as their old member
+revokes them), and these ``stats`` (a strategy's own ``stats`` are added, but cannot
 override them):
 
 - ``moved_active``: tasks (group, partition) with a partition that some member
@@ -154,6 +156,7 @@ def _finish(
     revoking: dict[str, dict[str, list[int]]],
     followup_rebalance: bool,
     stats: Mapping[str, Any] | None,
+    incoming: dict[str, dict[str, list[int]]] | None = None,
     active_count: Sequence[int],
     standby_count: Sequence[int],
     group_counts: Iterable[Iterable[int]],
@@ -178,7 +181,7 @@ def _finish(
     }
     merged = dict(stats or {})
     merged.update(computed)
-    return {
+    result: dict[str, Any] = {
         "strategy": strategy,
         "groups": group_summaries(grouping),
         "members": members,
@@ -187,6 +190,10 @@ def _finish(
         "followup_rebalance": bool(followup_rebalance),
         "stats": merged,
     }
+    if incoming:
+        # Only when something is withheld: results without it keep their old shape.
+        result["incoming"] = incoming
+    return result
 
 
 # --------------------------------------------------------------------------- any strategy
@@ -292,6 +299,7 @@ def build_result(
     standby: Placement | None = None,
     warmup: Placement | None = None,
     revoking: Placement | None = None,
+    incoming: Placement | None = None,
     followup_rebalance: bool = False,
     stats: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
@@ -301,6 +309,7 @@ def build_result(
     standbys = _normalise(standby, ids)
     warmups = _normalise(warmup, ids)
     revokes = {m: ps for m, ps in _normalise(revoking, ids).items() if ps}
+    incomings = {m: ps for m, ps in _normalise(incoming, ids).items() if ps}
 
     active_tasks = _tasks_held(actives, grouping)
     standby_tasks = _tasks_held(standbys, grouping)
@@ -314,6 +323,7 @@ def build_result(
         holders_of=_holders(scenario, actives),
         whole_tasks=False,
         revoking=revokes,
+        incoming=incomings,
         followup_rebalance=followup_rebalance,
         stats=stats,
         active_count=[_task_count(active_tasks[m]) for m in ids],

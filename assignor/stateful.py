@@ -14,7 +14,9 @@
    got no warmup);
 6. the cooperative protocol: a partition changing member is revoked: listed
    in ``revoking`` of the member that held it, active nowhere this round, and
-   no replica on that member either (it comes back as one in the follow-up).
+   no replica on that member either (it comes back as one in the follow-up);
+   and listed in ``incoming`` of the member it was planned for, which claims
+   it in the follow-up's join so that round hands it to that member.
 
 Steps 1-5 are `decide`; the eager result is built straight from its
 per-group arrays by `result.build_task_result`, the cooperative one
@@ -88,8 +90,12 @@ def _warmups(scenario: Scenario, held_back: dict[Task, int]) -> dict[Task, int]:
 
 def _revoke_moving_partitions(
     scenario: Scenario, active: _Placement
-) -> tuple[_Placement, dict[str, dict[str, list[int]]]]:
+) -> tuple[_Placement, dict[str, dict[str, list[int]]], dict[str, dict[str, list[int]]]]:
     """Cooperative protocol: nobody gets a partition its old member still holds.
+
+    Returns the actives left, what each member revokes, and what each member was planned but
+    is withheld this round (``incoming``): the follow-up round is planned afresh, and without
+    being told, it would place those partitions without the reason this round moved them.
 
     What a member holds is what it claims (``owned_active``, as checked) and what it says it
     kept through the join (``kept_active``, unchecked): a claim the other rules do not trust
@@ -117,7 +123,11 @@ def _revoke_moving_partitions(
     for member_id, revoked in taken_back.items():
         for topic, gone in revoked.items():
             active[member_id][topic] = [p for p in active[member_id][topic] if p not in gone]
-    return active, revoking
+    incoming = {
+        member_id: {topic: sorted(gone) for topic, gone in sorted(by_topic.items())}
+        for member_id, by_topic in taken_back.items()
+    }
+    return active, revoking, incoming
 
 
 def _withhold_replicas_of_revoked(
@@ -183,7 +193,7 @@ def assign_stateful(scenario: Scenario, grouping: Grouping) -> dict[str, Any]:
             scenario, grouping, decision, followup_rebalance=held_back > 0, stats=stats
         )
     active, standby, warmup = placements(grouping, decision)
-    active, revoking = _revoke_moving_partitions(scenario, active)
+    active, revoking, incoming = _revoke_moving_partitions(scenario, active)
     _withhold_replicas_of_revoked(revoking, standby, warmup)
     return build_result(
         "stateful",
@@ -193,6 +203,7 @@ def assign_stateful(scenario: Scenario, grouping: Grouping) -> dict[str, Any]:
         standby=standby,
         warmup=warmup,
         revoking=revoking,
+        incoming=incoming,
         followup_rebalance=held_back > 0 or bool(revoking),
         stats=stats,
     )

@@ -131,13 +131,13 @@ def check_facts(
         if member_id in not_counted:
             # An owner's store is where its changelog's records come from: one that claims a
             # task while its state is false holds it only to sit on it.
-            meta = replace(meta, owned_active={}, owned_standby={})
+            meta = replace(meta, owned_active={}, owned_standby={}, incoming={})
         if group_generation is not None and meta.generation > group_generation:
             above[member_id] = meta.generation
             if member_id in beyond:
                 refused.add(member_id)
                 continue
-            meta = replace(meta, generation=-1, owned_active={}, owned_standby={})
+            meta = replace(meta, generation=-1, owned_active={}, owned_standby={}, incoming={})
         checked[member_id] = facts if meta is facts.metadata else replace(facts, metadata=meta)
     return CheckedFacts(
         checked,
@@ -248,11 +248,17 @@ def _member(member_id: str, facts: MemberFacts) -> dict[str, Any]:
     if meta is None:
         entry["client_id"] = member_id
         return entry
+    # A partition the last plan meant for this member but withheld for a round is claimed like
+    # one it owns, so this plan places it where the last one decided. Its kept partitions
+    # (``kept_active``) stay those it really owns.
+    claimed = {t: list(ps) for t, ps in meta.owned_active.items()}
+    for topic, partitions in meta.incoming.items():
+        claimed[topic] = sorted({*claimed.get(topic, ()), *partitions})
     entry.update(
         client_id=meta.client_id,
         capacity=meta.capacity,
         generation=meta.generation,
-        owned_active=_lists(meta.owned_active),
+        owned_active=_lists(claimed),
         owned_standby=_lists(meta.owned_standby),
         offsets={t: {str(p): o for p, o in parts.items()} for t, parts in meta.offsets.items()},
     )
@@ -284,6 +290,7 @@ def shares_from_result(
         topic: index for index, group in enumerate(result["groups"]) for topic in group["topics"]
     }
     warmups = sum(len(ps) for share in members.values() for ps in share.get("warmup", {}).values())
+    incoming: Mapping[str, Mapping[str, list[int]]] = result.get("incoming", {})
     return {
         member_id: MemberAssignment(
             generation=generation,
@@ -295,6 +302,7 @@ def shares_from_result(
             actives_by_url=actives_by_url,
             topic_groups=topic_groups,
             group_protocol=group_protocol,
+            incoming=_lists(incoming.get(member_id, {})),
         )
         for member_id, share in members.items()
     }

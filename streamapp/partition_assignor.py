@@ -106,7 +106,12 @@ class StreamappPartitionAssignor(FaustPartitionAssignor):
         # After a restart, what this worker held before it stopped (generation and all).
         kept = load_ownership(self.data_dir)
         self._share = (
-            MemberAssignment(generation=kept.generation, active=kept.active, standby=kept.standby)
+            MemberAssignment(
+                generation=kept.generation,
+                active=kept.active,
+                standby=kept.standby,
+                incoming=kept.incoming,
+            )
             if kept
             else MemberAssignment(generation=-1)
         )
@@ -179,6 +184,7 @@ class StreamappPartitionAssignor(FaustPartitionAssignor):
             changelog_ends=self._replica_ends(),
             protocol="cooperative" if self._speaks_cooperative() else "eager",
             kept_owned=self._kept_owned,
+            incoming=self._share.incoming,
         )
         return ConsumerProtocolMemberMetadata(self.version, sorted(topics), encode_metadata(own))
 
@@ -464,7 +470,12 @@ class StreamappPartitionAssignor(FaustPartitionAssignor):
             )
         save_ownership(
             self.data_dir,
-            Ownership(generation=share.generation, active=share.active, standby=share.standby),
+            Ownership(
+                generation=share.generation,
+                active=share.active,
+                standby=share.standby,
+                incoming=share.incoming,
+            ),
         )
         runtime = self.runtime
         if runtime is not None:

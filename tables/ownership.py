@@ -26,6 +26,9 @@ class Ownership:
     generation: int
     active: Mapping[str, Sequence[int]] = field(default_factory=dict)
     standby: Mapping[str, Sequence[int]] = field(default_factory=dict)
+    #: Partitions the last plan gave this worker but withheld for a round (cooperative), which
+    #: it claims in its next join: a restart in between must not lose that claim.
+    incoming: Mapping[str, Sequence[int]] = field(default_factory=dict)
 
 
 def save_ownership(data_dir: str | Path, ownership: Ownership) -> None:
@@ -35,6 +38,8 @@ def save_ownership(data_dir: str | Path, ownership: Ownership) -> None:
         "active": {t: sorted(ps) for t, ps in ownership.active.items()},
         "standby": {t: sorted(ps) for t, ps in ownership.standby.items()},
     }
+    if any(ownership.incoming.values()):
+        payload["incoming"] = {t: sorted(ps) for t, ps in ownership.incoming.items() if ps}
     # A crash mid-write must leave the previous record, not half of one.
     write_atomically(path, json.dumps(payload, sort_keys=True))
 
@@ -48,6 +53,8 @@ def load_ownership(data_dir: str | Path) -> Ownership | None:
             generation=int(payload["generation"]),
             active=_claims(payload["active"]),
             standby=_claims(payload["standby"]),
+            # Files written before this field have none.
+            incoming=_claims(payload.get("incoming", {})),
         )
     except FileNotFoundError:
         return None

@@ -46,6 +46,7 @@ metadata = st.builds(
     changelog_ends=offsets,
     protocol=st.sampled_from(["eager", "cooperative"]),
     kept_owned=st.booleans(),
+    incoming=claims,
 )
 
 
@@ -66,6 +67,7 @@ def test_metadata_round_trips(m: MemberMetadata) -> None:
         actives_by_url=st.dictionaries(st.text(min_size=1, max_size=10), claims, max_size=4),
         topic_groups=st.dictionaries(topics, st.integers(0, 9), max_size=4),
         group_protocol=st.sampled_from(["eager", "cooperative"]),
+        incoming=claims,
     )
 )
 def test_assignment_round_trips(a: MemberAssignment) -> None:
@@ -190,3 +192,25 @@ def test_a_protocol_this_version_does_not_know_counts_as_eager() -> None:
 def test_malformed_protocol_fields_are_refused(bad: dict[str, object]) -> None:
     with pytest.raises(MetadataError, match="malformed"):
         decode_metadata(_packed({"c": "w1", "u": "http://h:1", "k": 1, "g": 4, **bad}))
+
+
+def test_incoming_partitions_are_optional_on_the_wire() -> None:
+    # Left out when empty, so payloads without them are those of earlier versions; an earlier
+    # leader's assignment, or an earlier member's metadata, decodes as planning none.
+    assert "i" not in _payload(encode_assignment(MemberAssignment(generation=3)))
+    assert decode_assignment(_packed({"g": 4})).incoming == {}
+    assert decode_metadata(_packed({"c": "w1", "u": "http://h:1", "k": 1, "g": 4})).incoming == {}
+    share = MemberAssignment(generation=5, incoming={"t": [3, 1]})
+    assert _payload(encode_assignment(share))["i"] == {"t": [1, 3]}
+    assert decode_assignment(encode_assignment(share)).incoming == {"t": [1, 3]}
+    member = MemberMetadata(client_id="w1", url="http://h:1", generation=5, incoming={"t": [2]})
+    decoded = decode_metadata(encode_metadata(member))
+    assert (decoded.incoming, decoded.owned_active) == ({"t": [2]}, {})
+
+
+@pytest.mark.parametrize("bad", [{"I": [1]}, {"I": {"t": [-1]}}])
+def test_malformed_incoming_fields_are_refused(bad: dict[str, object]) -> None:
+    with pytest.raises(MetadataError, match="malformed"):
+        decode_metadata(_packed({"c": "w1", "u": "http://h:1", "k": 1, "g": 4, **bad}))
+    with pytest.raises(MetadataError, match="malformed"):
+        decode_assignment(_packed({"g": 4, "i": bad["I"]}))

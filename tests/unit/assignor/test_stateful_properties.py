@@ -510,6 +510,17 @@ def _cooperative_step(s: Scenario) -> tuple[Scenario, Result]:
                 assert not set(partitions) & set(replicas.get(topic, ()))
     if revoking:
         assert step["followup_rebalance"] is True
+    # Every withheld partition that has a new member is that member's ``incoming``, and only
+    # those: the follow-up round is told where this one meant to put it.
+    incoming = step.get("incoming", {})
+    planned = {
+        (t, p): m for m, by_topic in incoming.items() for t, ps in by_topic.items() for p in ps
+    }
+    assert len(planned) == sum(
+        len(ps) for by_topic in incoming.values() for ps in by_topic.values()
+    )
+    revoked = {(t, p) for by_topic in revoking.values() for t, ps in by_topic.items() for p in ps}
+    assert set(planned) <= revoked
     return cooperative, step
 
 

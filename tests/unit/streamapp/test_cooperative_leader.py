@@ -201,3 +201,66 @@ def test_under_exactly_once_a_worker_speaks_cooperative_when_asked(
     # (streamapp.faust_compat.incremental): no fallback to eager, and nothing to warn about.
     assert decode_metadata(assignor.metadata({TOPIC}).user_data).protocol == "cooperative"
     assert not [r for r in caplog.records if "exactly_once" in r.getMessage()]
+
+
+class NinePartitions:
+    def partitions_for_topic(self, topic: str) -> set[int] | None:
+        return set(range(9)) if topic == TOPIC else None
+
+
+def test_the_follow_up_round_hands_a_withheld_partition_to_the_member_it_was_planned_for(
+    assignor: StreamappPartitionAssignor,
+) -> None:
+    """A returning member claims its old tasks at an old generation; the others kept theirs.
+    The first round moves tasks to it, withheld while their owners revoke them; the follow-up
+    is planned afresh, and without the first round's intent it placed them elsewhere."""
+    first = assignor.assign(
+        NinePartitions(),  # type: ignore[arg-type]
+        {
+            m: ConsumerProtocolMemberMetadata(0, [TOPIC], data)
+            for m, data in {
+                "a1": _member("w1", "cooperative", [2, 3], generation=8),
+                "b": _member("w2", "cooperative", [0, 1, 2, 3], kept=True, generation=11),
+                "c": _member("w3", "cooperative", [4, 5, 6, 7, 8], kept=True, generation=11),
+            }.items()
+        },
+    )
+    shares = {m: decode_assignment(a.user_data) for m, a in first.items()}
+    assert shares["a1"].active == {}
+    planned = shares["a1"].incoming[TOPIC]
+    assert {2, 3} <= set(planned)
+    # w1 (this worker) takes its share; its next join claims what was planned for it, and
+    # says it owns nothing: a claim on an incoming partition is not one it processes.
+    assignor.on_assignment(first["a1"])
+    own = decode_metadata(assignor.metadata({TOPIC}).user_data)
+    assert own.owned_active == {}
+    assert own.incoming == {TOPIC: planned}
+    own = replace(own, kept_owned=True)
+    others = {
+        m: encode_metadata(
+            MemberMetadata(
+                client_id=client,
+                url=f"http://{client}:1",
+                host=client,
+                generation=shares[m].generation,
+                owned_active=shares[m].active,
+                protocol="cooperative",
+                kept_owned=True,
+                incoming=shares[m].incoming,
+            )
+        )
+        for m, client in (("b", "w2"), ("c", "w3"))
+    }
+    second = assignor.assign(
+        NinePartitions(),  # type: ignore[arg-type]
+        {
+            m: ConsumerProtocolMemberMetadata(0, [TOPIC], data)
+            for m, data in {"a1": encode_metadata(own), **others}.items()
+        },
+    )
+    after = {m: decode_assignment(a.user_data) for m, a in second.items()}
+    for m, share in shares.items():
+        wanted = sorted({*share.active.get(TOPIC, []), *share.incoming.get(TOPIC, [])})
+        assert after[m].active.get(TOPIC, []) == wanted
+        assert after[m].incoming == {}
+    assert not any(s.followup_rebalance for s in after.values())

@@ -19,6 +19,13 @@ def test_round_trip_and_overwrite(tmp_path: Path) -> None:
     assert [p.name for p in tmp_path.iterdir()] == [OWNERSHIP_FILE]
 
 
+def test_incoming_partitions_survive_a_restart_and_old_files_have_none(tmp_path: Path) -> None:
+    save_ownership(tmp_path, Ownership(generation=12, incoming={"t": [3, 2]}))
+    assert load_ownership(tmp_path) == Ownership(12, incoming={"t": [2, 3]})
+    (tmp_path / OWNERSHIP_FILE).write_text('{"generation": 8, "active": {"t": [1]}, "standby": {}}')
+    assert load_ownership(tmp_path) == Ownership(8, {"t": [1]})
+
+
 @pytest.mark.parametrize(
     "text",
     ["", "{", "[]", '{"generation": 1}', '{"generation": 1, "active": {"t": [-1]}, "standby": {}}'],
