@@ -191,8 +191,6 @@ def _hold_back_for_warmups(
         target = owners[p]
         if facts.caught_up(target, g, p):
             continue
-        if _swap_instead_of_warmup(g, group.partitions, p, target, facts, placement):
-            continue
         lags = facts.state_lag[g].get(p, {})
         previous = facts.previous_owner[g][p]
         if previous != -1:
@@ -206,27 +204,6 @@ def _hold_back_for_warmups(
         load[target] -= 1
         load[keeper] = load.get(keeper, 0) + 1
         placement.held_back[(g, p)] = target
-
-
-def _swap_instead_of_warmup(
-    g: int, partitions: int, p: int, target: int, facts: TaskFacts, placement: ActivePlacement
-) -> bool:
-    """Task p goes to a member caught up on it, which gives ``target`` one of its own tasks
-    that ``target`` is caught up on: the same balance now, without a warmup or a follow-up.
-
-    Without it, a member holding a task another member had kept state of (its old task)
-    kept it while that member warmed up on p, and the follow-up then moved the old task
-    instead, wasting the warmup (found by tests/unit/assignor/test_convergence.py).
-    """
-    owners = placement.owner[g]
-    for q in range(partitions):
-        keeper = owners[q]
-        if q == p or keeper == target or (g, q) in placement.held_back:
-            continue
-        if facts.caught_up(keeper, g, p) and facts.caught_up(target, g, q):
-            owners[p], owners[q] = keeper, target
-            return True
-    return False
 
 
 def _swap_claimed_tasks_back(

@@ -249,39 +249,3 @@ def test_a_warm_member_gets_the_task_it_warmed_up_for(life: tuple[Scenario, list
             scenario = apply(result, scenario)
             if not result["followup_rebalance"]:
                 break
-
-
-def test_a_task_swaps_owners_rather_than_wait_for_a_warmup() -> None:
-    # Found by the property above: m1 leaves; joined-1, caught up on m1's tasks 3 and 4, would
-    # hold both while m2 warmed up on 4, and the follow-up then gave m2 task 8 (joined-1's, of
-    # which m2 still had state) instead. Now joined-1 takes 4 and gives m2 task 8 at once.
-    def member(i: int, active: list[int], offsets: list[int]) -> dict[str, Any]:
-        return {
-            "client_id": f"c{i}",
-            "host": f"h{i}",
-            "subscription": ["s0", "s0-changelog", "s1"],
-            "generation": 2,
-            "owned_active": {"s0": active, "s0-changelog": active},
-            "offsets": {"s0-changelog": {str(p): 1000 for p in offsets}},
-        }
-
-    scenario: Scenario = {
-        "topics": {"s0": 11, "s0-changelog": 11, "s1": 1},
-        "changelog_topics": ["s0-changelog"],
-        "num_standbys": 1,
-        "acceptable_recovery_lag": 0,
-        "max_warmup_replicas": 1,
-        "protocol": "eager",
-        "end_offsets": {"s0-changelog": {str(p): 1000 for p in range(11)}},
-        "members": {
-            "joined-1": member(9, [5, 8], [3, 4, 5, 8]),
-            "m0": member(0, [0, 1, 2], [0, 1, 2, 3, 4, 5, 8]),
-            "m2": member(2, [6, 7], [6, 7, 8, 9, 10]),
-            "m3": member(3, [9, 10], [6, 7, 8, 9, 10]),
-        },
-    }
-    result = plan(scenario)
-    assert result["members"]["joined-1"]["active"]["s0"] == [3, 4, 5]
-    assert result["members"]["m2"]["active"]["s0"] == [6, 7, 8]
-    assert not result["followup_rebalance"]
-    assert all(not share["warmup"] for share in result["members"].values())
