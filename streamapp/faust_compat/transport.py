@@ -1087,8 +1087,9 @@ class Consumer(faust_aiokafka.Consumer):
             await self._wait_for_ack(timeout=1.0)
             self._clean_unacked_messages()
             if self._unacked_messages and self.loop.time() - started > 1.0:
-                # A record dropped unprocessed (a queue cleared on stop) leaves the weak set
-                # only once collected; Faust's wait_empty collects for the same reason.
+                # A record dropped unprocessed other than by a queue clear (those leave at
+                # once, fix 23) leaves the weak set only once collected; Faust's wait_empty
+                # collects for the same reason.
                 gc.collect()
         return True
 
