@@ -181,6 +181,12 @@ PRIVATE_NAMES: dict[str, tuple[str, ...]] = {
         "_partition_latest_timestamp",
         "_to_key",
     ),
+    "mode.utils.queues:FlowControlEvent": (
+        "_queues",  # dropped_records (transport fix 23): the queues its clear empties
+    ),
+    "mode.utils.queues:FlowControlQueue": (
+        "_queue",  # dropped_records: the events a clear drops
+    ),
     "aiokafka.coordinator.assignors.sticky.sticky_assignor:StickyPartitionAssignor": (
         "_metadata",  # bench/strategies.py runs aiokafka's sticky assignor beside ours
     ),

@@ -8,7 +8,13 @@ from mode.utils.futures import stampede
 from mode.utils.objects import cached_property
 from mode.utils.queues import FlowControlEvent
 
-from streamapp.faust_compat import coordinator, incremental, producer_metadata, producer_wait
+from streamapp.faust_compat import (
+    coordinator,
+    dropped_records,
+    incremental,
+    producer_metadata,
+    producer_wait,
+)
 from streamapp.faust_compat.transport import Transport
 
 
@@ -52,8 +58,9 @@ class FaustApp(faust.App):
     @cached_property
     def flow_control(self) -> FlowControlEvent:
         # Faust's, but resuming a flow that was never suspended keeps the streams' queues
-        # while an incremental rebalance is handled (see `incremental`).
-        return incremental.IncrementalFlowControl(loop=self.loop)
+        # while an incremental rebalance is handled (see `incremental`), and the records its
+        # clear drops from the queues stop counting as handed out (`dropped_records`).
+        return dropped_records.UntrackingFlowControl(loop=self.loop, consumer=lambda: self.consumer)
 
     def on_rebalance_return(self) -> None:
         super().on_rebalance_return()

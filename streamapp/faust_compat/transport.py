@@ -184,6 +184,15 @@
     fewer partitions) it asked again as each answer came, about 2,000 times a second.
     Tests: tests/unit/streamapp/faust_compat/test_producer_metadata.py;
     tests/integration/test_producer_metadata.py.
+
+23. A record the hand-out put in a stream's queue and Faust's flow control then dropped from
+    it unprocessed (the queues are cleared as a worker stops and on each resume of an eager
+    rebalance) stops counting as handed out at once, never acked
+    (`streamapp.faust_compat.dropped_records`, which says when to delete it). It left the
+    consumer's weak set of unacked records only once garbage-collected; the fetch loop's last
+    record, kept by ``getmany`` for ``wait_first``, never was: a worker stopped right after it
+    started waited for that record forever. Test:
+    tests/unit/streamapp/faust_compat/test_dropped_records.py.
 """
 
 from __future__ import annotations
@@ -755,6 +764,9 @@ class Consumer(faust_aiokafka.Consumer):
             self._fetched_topic = tp.topic  # the record the fetch loop now hands out
             self._fetched_message = message
             yield tp, message
+            # Handed out: not kept past it (a record dropped unprocessed from its queue stayed
+            # tracked while this held it, see fix 23).
+            self._fetched_message = None
 
     async def _getmany(
         self, active_partitions: set[TP] | None, timeout: float
@@ -1075,8 +1087,9 @@ class Consumer(faust_aiokafka.Consumer):
             await self._wait_for_ack(timeout=1.0)
             self._clean_unacked_messages()
             if self._unacked_messages and self.loop.time() - started > 1.0:
-                # A record dropped unprocessed (a queue cleared on stop) leaves the weak set
-                # only once collected; Faust's wait_empty collects for the same reason.
+                # A record dropped unprocessed other than by a queue clear (those leave at
+                # once, fix 23) leaves the weak set only once collected; Faust's wait_empty
+                # collects for the same reason.
                 gc.collect()
         return True
 
