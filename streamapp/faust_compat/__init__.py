@@ -16,7 +16,8 @@ requests of a static member (`static_membership`); Faust's table writes, encoded
 batch's changelog records, sent together (`batch_changelog`); its
 exactly_once sends, in the transaction of the record they are made for (`sends`); the offsets
 reader's metadata of topics it finds unknown (`unknown_topics`); aiokafka's producer sender's
-metadata refreshes, spaced by its retry backoff (`producer_metadata`).
+metadata refreshes, spaced by its retry backoff (`producer_metadata`); the share of a round of
+its fetch loop that changelog records take (`replica_share`).
 Every private name those rely on is listed in `PRIVATE_NAMES` below, and nowhere else in
 streamapp is one named (a unit test reads every module for them).
 
@@ -47,7 +48,7 @@ PRIVATE_NAMES: dict[str, tuple[str, ...]] = {
         "_ensure_consumer",
         "_consumer",  # access.group_coordinator
         "_highwaters",  # transport fix 2 and 13: ends by ListOffsets, on the offsets reader
-        "_fetch_records",  # transport fix 17: positions noted as each fetch begins
+        "_fetch_records",  # transport fixes 17 and 24: positions noted, replicas' share bounded
         "_seek_wait",  # transport fix 7: records of a partition not active sent back
     ),
     "faust.transport.drivers.aiokafka:ConsumerRebalanceListener": (
@@ -69,7 +70,7 @@ PRIVATE_NAMES: dict[str, tuple[str, ...]] = {
         "_commit_offsets",  # transport fix 20: a refused commit is sent again
         "_should_commit",
         "_wait_for_ack",
-        "_commit_fut",
+        "_commit_fut",  # transport fix 24: the fetch loop's commit, left to the one in flight
         "_read_offset",  # recovery: the last record handed out per partition
         "_committed_offset",  # incremental: the gained partitions' seek, as perform_seek's
         "_drain_messages",  # eager_hand_out: its per-record wait_first call is recognised

@@ -193,6 +193,19 @@
     record, kept by ``getmany`` for ``wait_first``, never was: a worker stopped right after it
     started waited for that record forever. Test:
     tests/unit/streamapp/faust_compat/test_dropped_records.py.
+
+24. The partitions a worker keeps processing are not held by its fetch loop's other work,
+    in two places where that loop waited (``bench/rebalance.py``'s "stopped" column,
+    docs/rebalance-pauses.md). A round of the loop takes the stream partitions' records
+    first, then at most ``REPLICA_RECORDS_PER_ROUND`` changelog records (``ConsumerThread.
+    _fetch_records``; see `streamapp.faust_compat.replica_share`, which says when to delete
+    it): a replica catching up brought a thousand and more at once, and the stream records
+    fetched meanwhile waited until all were handed out and applied. And at-least-once, the
+    fetch loop's commit every ``broker_commit_every`` acks no longer waits, between two
+    records, for a commit in flight or for its own (``Consumer._commit_beside_fetch_loop``):
+    one sent during a join is answered only as the join ends. Delete the first part with
+    `replica_share`, the second when Faust's fetch loop commits without waiting. Test:
+    tests/unit/streamapp/faust_compat/test_replica_share.py.
 """
 
 from __future__ import annotations
@@ -201,6 +214,7 @@ import asyncio
 import gc
 import logging
 from collections.abc import AsyncIterator, Collection, Iterable, Mapping, MutableMapping
+from collections.abc import Set as AbstractSet
 from contextvars import ContextVar
 from typing import Any, cast
 
@@ -211,7 +225,14 @@ from faust.types import TP, Message
 from faust.types.transports import TPorTopicSet
 from mode.services import WaitResults
 
-from streamapp.faust_compat import access, incremental, sends, static_membership, unknown_topics
+from streamapp.faust_compat import (
+    access,
+    incremental,
+    replica_share,
+    sends,
+    static_membership,
+    unknown_topics,
+)
 from streamapp.faust_compat.batch_hand_out import BatchHandOut
 from streamapp.faust_compat.eager_hand_out import (
     AHEAD_LIMIT,
@@ -415,8 +436,25 @@ class ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
                     if state is not None and state.has_valid_position:
                         positions[tp] = state.position
             self.positions_at_fetch_start = (started, positions)
-        return await super()._fetch_records(
-            consumer, active_partitions, timeout=timeout, max_records=max_records
+        changelogs = self.app.tables.changelog_topics
+        replicas = {tp for tp in active_partitions if tp.topic in changelogs}
+        if not replicas:
+            return await super()._fetch_records(
+                consumer, active_partitions, timeout=timeout, max_records=max_records
+            )
+        fetch_records = super()._fetch_records
+
+        async def fetch(
+            tps: AbstractSet[TP], wait: float, most: int | None
+        ) -> Mapping[TP, list[Any]]:
+            fetched: Mapping[TP, list[Any]] = await fetch_records(
+                consumer, set(tps), timeout=wait, max_records=most
+            )
+            return fetched
+
+        # Stream records first, then a bounded share of the changelogs' (fix 24).
+        return await replica_share.fetch_streams_first(
+            fetch, set(active_partitions), replicas, timeout or 0, max_records
         )
 
     async def seek_to_committed(self) -> Mapping[TP, int]:
@@ -876,6 +914,8 @@ class Consumer(faust_aiokafka.Consumer):
         self, topics: TPorTopicSet | None = None, start_new_transaction: bool = True
     ) -> bool:
         if not self.in_transaction:
+            if IN_FETCH_LOOP.get():
+                return self._commit_beside_fetch_loop(topics)
             return await super().commit(topics, start_new_transaction=start_new_transaction)
         async with self._commit_lock:
             was_open = self._handing_out.is_set()
@@ -888,6 +928,21 @@ class Consumer(faust_aiokafka.Consumer):
             finally:
                 if was_open:
                     self._handing_out.set()
+
+    def _commit_beside_fetch_loop(self, topics: TPorTopicSet | None) -> bool:
+        """The fetch loop's commit (every ``broker_commit_every`` acks), at-least-once: begun
+        in a task of its own, or left to the commit in flight, never waited for (fix 24).
+
+        Faust's fetch loop awaits this commit between two records, and Faust's commit waits
+        for any commit in flight first. A commit sent while the group is joining is answered
+        only once the join is over (refused, fix 20): every partition the worker kept stopped
+        for the rest of the join, 0.3 to 2.7 s in ``bench/rebalance.py``. Waiting gains
+        nothing: Faust's commit returns without committing after waiting for another one, and
+        the offsets it would send are committed by the next one anyway.
+        """
+        if self._commit_fut is None:
+            self.add_future(super().commit(topics))
+        return False
 
     async def on_partitions_revoked(self, revoked: set[TP]) -> None:
         # Faust forgets revoked partitions everywhere but in the set of those set aside for a

@@ -1,0 +1,170 @@
+"""Transport fix 24: a round of the fetch loop takes the stream partitions' records first and a
+bounded share of the changelogs', and the fetch loop's commit never waits (at-least-once)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Set
+from pathlib import Path
+from typing import Any
+
+from faust.types import TP
+
+from streamapp import App
+from streamapp.faust_compat.replica_share import REPLICA_RECORDS_PER_ROUND, fetch_streams_first
+from streamapp.faust_compat.transport import IN_FETCH_LOOP
+
+STREAM = TP("sa-share-ticks", 0)
+OTHER_STREAM = TP("sa-share-ticks", 1)
+CHANGELOG = TP("sa-share-latest-changelog", 0)
+
+
+class Buffer:
+    """aiokafka's fetched records as its ``fetched_records`` drains them: in the order they
+    were fetched, up to ``max_records`` in all, only of the partitions asked for (all when the
+    set is empty), the position moving over what is taken."""
+
+    def __init__(self) -> None:
+        self.records: dict[TP, list[int]] = {}
+        self.arrived = asyncio.Event()
+
+    def fetched(self, tp: TP, count: int, start: int = 0) -> None:
+        self.records.setdefault(tp, []).extend(range(start, start + count))
+        self.arrived.set()
+
+    async def fetch(self, tps: Set[TP], timeout: float, max_records: int | None) -> dict:
+        while True:
+            drained: dict[TP, list[int]] = {}
+            left = max_records
+            for tp in list(self.records):
+                if tps and tp not in tps:
+                    continue
+                batch = self.records[tp]
+                take = list(batch) if left is None else batch[:left]
+                del batch[: len(take)]
+                if not batch:
+                    del self.records[tp]
+                if take:
+                    drained[tp] = take
+                if left is not None:
+                    left -= len(take)
+                    if left == 0:
+                        break
+            if drained or not timeout:
+                return drained
+            self.arrived.clear()
+            await self.arrived.wait()
+
+
+async def test_a_round_takes_every_stream_record_and_a_share_of_the_changelogs() -> None:
+    buffer = Buffer()
+    buffer.fetched(CHANGELOG, 1_000)  # a replica catching up: one fetch of a thousand
+    buffer.fetched(STREAM, 3)
+    partitions = {STREAM, OTHER_STREAM, CHANGELOG}
+    first = await fetch_streams_first(buffer.fetch, partitions, {CHANGELOG}, 1.0, None)
+    assert first[STREAM] == [0, 1, 2]
+    assert first[CHANGELOG] == list(range(REPLICA_RECORDS_PER_ROUND))
+    # Records of a kept partition fetched meanwhile go out in the very next round, ahead of
+    # the replica's remaining 900.
+    buffer.fetched(OTHER_STREAM, 2)
+    second = await fetch_streams_first(buffer.fetch, partitions, {CHANGELOG}, 1.0, None)
+    assert second[OTHER_STREAM] == [0, 1]
+    assert second[CHANGELOG][0] == REPLICA_RECORDS_PER_ROUND
+    # Nothing is lost or repeated: the rounds hand out the replica's records in order.
+    taken = first[CHANGELOG] + second[CHANGELOG]
+    while CHANGELOG in buffer.records:
+        taken += (await fetch_streams_first(buffer.fetch, partitions, {CHANGELOG}, 1.0, None))[
+            CHANGELOG
+        ]
+    assert taken == list(range(1_000))
+
+
+async def test_faust_s_max_records_bounds_a_round_in_all() -> None:
+    buffer = Buffer()
+    buffer.fetched(STREAM, 30)
+    buffer.fetched(CHANGELOG, 500)
+    partitions = {STREAM, CHANGELOG}
+    first = await fetch_streams_first(buffer.fetch, partitions, {CHANGELOG}, 1.0, 50)
+    assert (len(first[STREAM]), len(first[CHANGELOG])) == (30, 20)
+    second = await fetch_streams_first(buffer.fetch, partitions, {CHANGELOG}, 1.0, 50)
+    assert list(second) == [CHANGELOG] and second[CHANGELOG][0] == 20
+
+
+async def test_with_nothing_fetched_a_round_waits_for_the_next_records() -> None:
+    buffer = Buffer()
+    partitions = {STREAM, CHANGELOG}
+    assert await fetch_streams_first(buffer.fetch, partitions, {CHANGELOG}, 0, None) == {}
+    waiting = asyncio.ensure_future(
+        fetch_streams_first(buffer.fetch, partitions, {CHANGELOG}, 1.0, None)
+    )
+    await asyncio.sleep(0)
+    assert not waiting.done()
+    buffer.fetched(CHANGELOG, 300)
+    buffer.fetched(STREAM, 4)
+    records = await waiting
+    assert len(records[CHANGELOG]) == REPLICA_RECORDS_PER_ROUND
+    assert records[STREAM] == [0, 1, 2, 3]
+
+
+async def test_the_worker_s_fetch_takes_a_bounded_share_of_changelog_records(
+    tmp_path: Path,
+) -> None:
+    # The consumer thread's fetch (what Faust's fetch loop calls each round) goes through the
+    # share: a table's changelog partition is a replica's, the ticks a stream's.
+    from aiokafka.consumer.subscription_state import SubscriptionState
+
+    app = App("sa-share", datadir=str(tmp_path))
+    app.Table("latest", default=int, partitions=2)
+    thread = app.consumer._thread  # type: ignore[attr-defined]
+    buffer = Buffer()
+    buffer.fetched(CHANGELOG, 1_000)
+    buffer.fetched(STREAM, 5)
+    subscription = SubscriptionState()
+
+    class Fetcher:
+        _closed = False
+        _subscriptions = subscription
+        _records: dict[Any, object] = {}
+
+        def _get_actions_per_node(self, assignment: object) -> tuple[object, ...]:
+            return ([], {}, 0.1, False, [])
+
+        async def fetched_records(
+            self, partitions: Set[TP], timeout: float = 0, max_records: int | None = None
+        ) -> dict[TP, list[int]]:
+            return await buffer.fetch(partitions, timeout, max_records)
+
+    class Fetching:
+        _closed = False
+        _subscription = subscription
+        _fetcher = Fetcher()
+
+    records = await thread._fetch_records(Fetching(), {STREAM, CHANGELOG}, timeout=1.0)
+    assert records[STREAM] == [0, 1, 2, 3, 4]
+    assert len(records[CHANGELOG]) == REPLICA_RECORDS_PER_ROUND
+
+
+async def test_the_fetch_loop_s_commit_does_not_wait_for_the_commit_in_flight(
+    tmp_path: Path,
+) -> None:
+    app = App("sa-share-commit", datadir=str(tmp_path))
+    consumer = app.consumer
+    in_flight: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    consumer._commit_fut = in_flight  # type: ignore[attr-defined]  # e.g. held by a join
+
+    async def fetch_loop_commit() -> bool:
+        IN_FETCH_LOOP.set(True)
+        return await consumer.commit()
+
+    async def other_commit() -> bool:
+        return await consumer.commit()
+
+    from_fetch_loop = asyncio.ensure_future(fetch_loop_commit())
+    elsewhere = asyncio.ensure_future(other_commit())
+    for _ in range(3):
+        await asyncio.sleep(0)
+    assert from_fetch_loop.done() and from_fetch_loop.result() is False
+    # Any other commit waits for the one in flight, as Faust's does.
+    assert not elsewhere.done()
+    in_flight.set_result(None)
+    assert await elsewhere is False
