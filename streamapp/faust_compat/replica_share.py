@@ -59,8 +59,11 @@ async def fetch_streams_first(
     ``max_records``, all when None), then at most ``replica_share`` of the changelog
     partitions ``replicas``. With nothing fetched yet it waits up to ``timeout`` for the next
     fetch response, whichever partitions it brings."""
-    streams = set(partitions) - set(replicas)
-    replicas = set(replicas) & set(partitions)
+    # ``partitions`` is Faust's live set of active partitions: a partition paused while a
+    # call waits is left out of what that call takes (the streams and replicas below are
+    # taken without a wait, so their copies cannot go stale).
+    streams = {tp for tp in partitions if tp not in replicas}
+    replicas = {tp for tp in replicas if tp in partitions}
     records: dict[TP, list[Any]] = {}
     if streams:
         _merge(records, await fetch(streams, 0, max_records))
@@ -72,7 +75,8 @@ async def fetch_streams_first(
         return records
     # Nothing was waiting: the first records to come, capped as a replica's share would be;
     # stream records that came with them are taken too.
-    _merge(records, await fetch(set(partitions), timeout, max(1, room)))
+    _merge(records, await fetch(partitions, timeout, max(1, room)))
+    streams = {tp for tp in partitions if tp not in replicas}
     if streams and records:
         left = None if max_records is None else max_records - _count(records)
         if left is None or left > 0:

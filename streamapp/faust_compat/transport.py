@@ -219,7 +219,7 @@ from contextvars import ContextVar
 from typing import Any, cast
 
 import aiokafka
-from aiokafka.errors import KafkaError
+from aiokafka.errors import IllegalStateError, KafkaError
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP, Message
 from faust.types.transports import TPorTopicSet
@@ -364,8 +364,19 @@ class ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
         consumer = self._ensure_consumer()
         assigned = consumer.assignment()
         still = {tp: offset for tp, offset in partitions.items() if tp in assigned}
-        if still:
+        if not still:
+            return
+        try:
             await self._seek_wait(consumer, still)
+        except IllegalStateError:
+            # Given up while the seek waited for the new positions (a cooperative rebalance
+            # released it meanwhile): aiokafka's position raised for it and the fetch loop
+            # crashed. It has nothing to go back to; the others are sought again.
+            assigned = consumer.assignment()
+            left = {tp: offset for tp, offset in still.items() if tp in assigned}
+            if len(left) == len(still):
+                raise
+            await self._seek_back_assigned(left)
 
     def _create_worker_consumer(self, transport: Any) -> aiokafka.AIOKafkaConsumer:
         consumer = super()._create_worker_consumer(transport)
@@ -448,13 +459,13 @@ class ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
             tps: AbstractSet[TP], wait: float, most: int | None
         ) -> Mapping[TP, list[Any]]:
             fetched: Mapping[TP, list[Any]] = await fetch_records(
-                consumer, set(tps), timeout=wait, max_records=most
+                consumer, cast(set[TP], tps), timeout=wait, max_records=most
             )
             return fetched
 
         # Stream records first, then a bounded share of the changelogs' (fix 24).
         return await replica_share.fetch_streams_first(
-            fetch, set(active_partitions), replicas, timeout or 0, max_records
+            fetch, active_partitions, replicas, timeout or 0, max_records
         )
 
     async def seek_to_committed(self) -> Mapping[TP, int]:

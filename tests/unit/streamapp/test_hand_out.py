@@ -236,3 +236,33 @@ async def test_a_partition_given_up_meanwhile_is_not_sought_back() -> None:
     sought.clear()
     await thread._seek_back_assigned({CHANGELOG: 0})
     assert sought == []
+
+
+async def test_a_partition_given_up_while_its_seek_waits_is_left_and_the_rest_sought() -> None:
+    # The seek back waits for the new positions (aiokafka's position, in Faust's _seek_wait),
+    # and a cooperative rebalance can release the partition meanwhile: position then raised
+    # IllegalStateError and the fetch loop crashed the worker (bench/rebalance.py, a ticks
+    # partition given up). It has nothing to go back to; the others are sought again.
+    from aiokafka import TopicPartition
+    from aiokafka.errors import IllegalStateError
+
+    from streamapp.faust_compat.transport import ConsumerThread
+
+    assigned = {TopicPartition(STREAM.topic, STREAM.partition), CHANGELOG}
+    sought: list[dict[TP, int]] = []
+
+    class _Aiokafka:
+        def assignment(self) -> set[Any]:
+            return set(assigned)
+
+    async def seek_wait(consumer: Any, offsets: dict[TP, int]) -> None:
+        sought.append(dict(offsets))
+        if CHANGELOG in offsets:
+            assigned.discard(CHANGELOG)  # released while the seek waited
+            raise IllegalStateError(f"Partition {CHANGELOG} is not assigned")
+
+    thread: Any = object.__new__(ConsumerThread)
+    thread._ensure_consumer = _Aiokafka
+    thread._seek_wait = seek_wait
+    await thread._seek_back_assigned({CHANGELOG: 0, STREAM: 7})
+    assert sought == [{CHANGELOG: 0, STREAM: 7}, {STREAM: 7}]
