@@ -44,7 +44,8 @@
    aiokafka's position passes them: the partition goes back to the first of them (see
    ``Consumer._getmany``), if it is still assigned (``ConsumerThread.seek_back``): one given up
    while its records were on their way (an incremental rebalance) has no position to go back
-   to, aiokafka's seek raised IllegalStateError and the fetch loop crashed the worker. Delete
+   to, aiokafka's seek raised IllegalStateError and the fetch loop crashed the worker; one
+   released while the seek waited for its new position is left, the others sought again. Delete
    when Faust's getmany hands aiokafka the partitions it will keep records of. Test:
    tests/unit/streamapp/test_hand_out.py.
 
