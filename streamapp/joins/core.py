@@ -245,13 +245,18 @@ class JoinProcessor:
         own = self.stores[side]
         other = self.stores[side.other]
         own_entries = _entries(own, key)
+        # What a sweep at the current clocks drops counts as gone, swept yet or not: a join over
+        # batches sweeps once per batch (`plan_expiry` when it ends), and its records see what
+        # they would see were the sweep run after each record. Only duplicates and replays can
+        # tell: an entry that has expired matches no record that is not late (module docs).
+        held = self._unswept(side, partition, own_entries)
         if entry.offset <= int(own.get(_seen_key(partition), -1)):
-            earlier = next((e for e in own_entries if e.offset == entry.offset), None)
+            earlier = next((e for e in held if e.offset == entry.offset), None)
             if earlier is None:
                 return Arrival(Outcome.SKIPPED)
             again = tuple(
                 self._pair(key, side, earlier, o)
-                for o in _entries(other, key)
+                for o in self._unswept(side.other, partition, _entries(other, key))
                 if self._matches(side, earlier, o)
             )
             return Arrival(Outcome.REPLAY, again)
@@ -259,7 +264,7 @@ class JoinProcessor:
         if self.window.is_late(entry.time_ms, clock):
             # Nothing is written: `count_late` does it once the dead letter is out.
             return Arrival(Outcome.LATE)
-        if entry.id is not None and any(e.id == entry.id for e in own_entries):
+        if entry.id is not None and any(e.id == entry.id for e in held):
             own[_seen_key(partition)] = entry.offset
             return Arrival(Outcome.DUPLICATE)
         if entry.time_ms > clock:
@@ -281,6 +286,17 @@ class JoinProcessor:
         self._index(side, partition, key, self.window.expires_after(side, entry.time_ms))
         own[_seen_key(partition)] = entry.offset
         return Arrival(Outcome.ACCEPTED, tuple(pairs))
+
+    def _unswept(self, side: Side, partition: int, entries: list[Entry]) -> list[Entry]:
+        """``entries`` of ``side`` less those a sweep at the driving clock drops."""
+        if not entries:
+            return entries
+        driving = self.clock(side.other, partition)
+        return [
+            e
+            for e in entries
+            if not self.index.swept(self.window.expires_after(side, e.time_ms), driving)
+        ]
 
     def count_late(self, side: Side, partition: int, offset: int) -> None:
         """Count a late record as handled (after its dead letter, if any, was delivered)."""
