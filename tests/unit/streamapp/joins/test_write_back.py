@@ -260,3 +260,41 @@ def test_a_duplicate_of_a_record_its_batch_will_sweep_is_a_new_record() -> None:
     assert again.outcome is Outcome.ACCEPTED
     expiry = proc.plan_expiry(P)
     assert [p.left.value for p in expiry.unmatched if p.left] == ["c1"]
+
+
+class KeyReads(Recording):
+    """Counts the reads of record entries (``k/...``) apart."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.entry_reads: list[str] = []
+
+    def __getitem__(self, key: str) -> Any:
+        if key.startswith("k/"):
+            self.entry_reads.append(key)
+        return super().__getitem__(key)
+
+
+def test_a_key_the_expiry_index_does_not_list_is_not_read_and_one_it_lists_is() -> None:
+    left, right = KeyReads(), KeyReads()
+    proc = JoinProcessor(WINDOW, JoinKind.LEFT, left, right, index=ExpiryIndex(10))
+    for i in range(5):  # new auctions: nothing held on either side for their keys
+        proc.process(Side.RIGHT, P, f"a{i}", Entry(i, 100 + i, "imp"))
+    assert left.entry_reads == [] and right.entry_reads == []
+    # A click on a held impression reads it and joins; its own side holds nothing for the key.
+    joined = proc.process(Side.LEFT, P, "a3", Entry(0, 103, "click"))
+    assert len(joined.pairs) == 1 and right.entry_reads == ["k/a3"] and left.entry_reads == []
+    # A restart (a new processor over the same stores) finds the held keys in the index.
+    again = JoinProcessor(WINDOW, JoinKind.LEFT, left, right, index=ExpiryIndex(10))
+    assert len(again.process(Side.LEFT, P, "a4", Entry(1, 104, "click")).pairs) == 1
+    # Expired and swept, a key is no longer listed: not read again.
+    expiry = again.plan_expiry(P)  # the clicks' clock (104) expires nothing on the right
+    expiry.apply()
+    again.process(Side.LEFT, P, "zz", Entry(2, 1_000, "click"))  # moves the left clock on
+    expiry = again.plan_expiry(P)
+    assert {p.right.value for p in expiry.unmatched if p.right} == set()  # a left join
+    expiry.apply()
+    assert right.data.get("k/a0") is None
+    reads = list(right.entry_reads)
+    again.process(Side.LEFT, P, "a0", Entry(3, 1_001, "click"))
+    assert right.entry_reads == reads
