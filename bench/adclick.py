@@ -224,9 +224,17 @@ def run_streamapp(
     bootstrap: str, topology: Topology, data_dir: Path, args: argparse.Namespace
 ) -> EngineResult:
     workers = [
-        Worker(f"bench-worker-{i + 1}", bootstrap, topology, data_dir / f"w{i + 1}").start()
+        Worker(f"bench-worker-{i + 1}", bootstrap, topology, data_dir / f"w{i + 1}")
         for i in range(3)
     ]
+    if args.profile:
+        # The first worker's process, profiled (bench/apps/adclick_profiled.py).
+        workers[0].app = "bench.apps.adclick_profiled:app"
+        workers[0].env["ADCLICK_BENCH_PROFILE"] = str(
+            Path(args.profile) / "streamapp-worker-1.prof"
+        )
+    for worker in workers:
+        worker.start()
     try:
         wait_until_assigned(workers, topology, timeout=180)
         return asyncio.run(
@@ -484,6 +492,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate", type=float, default=300.0, help="latency phase records/s")
     parser.add_argument("--bootstrap", help="use this broker instead of starting one")
     parser.add_argument("--timeout", type=float, default=300.0)
+    parser.add_argument(
+        "--profile", metavar="DIR", help="cProfile the first streamapp worker's process into DIR"
+    )
     parser.add_argument(
         "--engines",
         default="streamapp,spark",

@@ -209,9 +209,16 @@ class JoinProcessor:
         # due (None: none live). Saves reading the index on every record; `forget` drops it
         # when the stores may have changed under it (a rebalance).
         self._sweep_at: dict[tuple[Side, int], int | None] = {}
+        # (side, partition) -> the keys the expiry index lists: every key holding records is
+        # listed (each record under the bucket it expires in, until that bucket is swept), so
+        # a key not among them holds nothing and is not read. Most keys a record looks up
+        # hold nothing yet (a new auction, on both sides): each saves a store read. Read from
+        # the index when first needed; dropped with ``_sweep_at``.
+        self._listed: dict[tuple[Side, int], set[str]] = {}
 
     def forget(self) -> None:
         self._sweep_at.clear()
+        self._listed.clear()
 
     def write_through(self) -> None:
         """Over `WriteBack` stores (a join over batches): write a batch's changes to the
@@ -227,6 +234,7 @@ class JoinProcessor:
             if isinstance(store, WriteBack):
                 store.discard()
         self._sweep_at.clear()
+        self._listed.clear()
 
     # -- reading --
 
@@ -239,19 +247,45 @@ class JoinProcessor:
     def stored(self, side: Side, key: str) -> list[Entry]:
         return _entries(self.stores[side], key)
 
+    def _held(self, side: Side, partition: int, key: str) -> list[Entry]:
+        """``key``'s records on ``side``, read only if the expiry index lists the key."""
+        if key not in self._listed_keys(side, partition):
+            return []
+        return _entries(self.stores[side], key)
+
+    def _listed_keys(self, side: Side, partition: int) -> set[str]:
+        where = (side, partition)
+        listed = self._listed.get(where)
+        if listed is None:
+            store = self.stores[side]
+            listed = {
+                key
+                for bucket in BUCKETS.live(store, partition)
+                for key in BUCKETS.keys(store, partition, bucket)
+            }
+            self._listed[where] = listed
+        return listed
+
     # -- one record --
 
     def process(self, side: Side, partition: int, key: str, entry: Entry) -> Arrival:
         own = self.stores[side]
         other = self.stores[side.other]
-        own_entries = _entries(own, key)
+        own_entries = self._held(side, partition, key)
+        # What a sweep at the current clocks drops counts as gone, swept yet or not: a join over
+        # batches sweeps once per batch (`plan_expiry` when it ends), and its records see what
+        # they would see were the sweep run after each record. Only duplicates and replays can
+        # tell: an entry that has expired matches no record that is not late (module docs).
+        held = self._unswept(side, partition, own_entries)
         if entry.offset <= int(own.get(_seen_key(partition), -1)):
-            earlier = next((e for e in own_entries if e.offset == entry.offset), None)
+            earlier = next((e for e in held if e.offset == entry.offset), None)
             if earlier is None:
                 return Arrival(Outcome.SKIPPED)
             again = tuple(
                 self._pair(key, side, earlier, o)
-                for o in _entries(other, key)
+                for o in self._unswept(
+                    side.other, partition, self._held(side.other, partition, key)
+                )
                 if self._matches(side, earlier, o)
             )
             return Arrival(Outcome.REPLAY, again)
@@ -259,12 +293,12 @@ class JoinProcessor:
         if self.window.is_late(entry.time_ms, clock):
             # Nothing is written: `count_late` does it once the dead letter is out.
             return Arrival(Outcome.LATE)
-        if entry.id is not None and any(e.id == entry.id for e in own_entries):
+        if entry.id is not None and any(e.id == entry.id for e in held):
             own[_seen_key(partition)] = entry.offset
             return Arrival(Outcome.DUPLICATE)
         if entry.time_ms > clock:
             own[_clock_key(partition)] = entry.time_ms
-        other_entries = _entries(other, key)
+        other_entries = self._held(side.other, partition, key)
         pairs: list[Pair] = []
         changed = False
         for i, o in enumerate(other_entries):
@@ -281,6 +315,17 @@ class JoinProcessor:
         self._index(side, partition, key, self.window.expires_after(side, entry.time_ms))
         own[_seen_key(partition)] = entry.offset
         return Arrival(Outcome.ACCEPTED, tuple(pairs))
+
+    def _unswept(self, side: Side, partition: int, entries: list[Entry]) -> list[Entry]:
+        """``entries`` of ``side`` less those a sweep at the driving clock drops."""
+        if not entries:
+            return entries
+        driving = self.clock(side.other, partition)
+        return [
+            e
+            for e in entries
+            if not self.index.swept(self.window.expires_after(side, e.time_ms), driving)
+        ]
 
     def count_late(self, side: Side, partition: int, offset: int) -> None:
         """Count a late record as handled (after its dead letter, if any, was delivered)."""
@@ -305,6 +350,9 @@ class JoinProcessor:
         bucket = self.index.bucket_of(expires_after_ms)
         BUCKETS.add(store, partition, bucket, key)
         where = (side, partition)
+        listed = self._listed.get(where)
+        if listed is not None:
+            listed.add(key)
         if where in self._sweep_at:
             at = self._sweep_at[where]
             due = self.index.due_at(bucket)
@@ -363,8 +411,13 @@ class JoinProcessor:
                         unmatched.append(pair)
 
         def apply() -> None:
+            listed = self._listed.get(where)
             for key, keep in updates.items():
                 _put(store, key, keep)
+                if not keep and listed is not None:
+                    # Held nothing more, so listed in no bucket left (each record is listed
+                    # under its own bucket, and every record of a due bucket was dropped).
+                    listed.discard(key)
             BUCKETS.drop(store, partition, due, rest)
             self._sweep_at[where] = self.index.due_at(rest[0]) if rest else None
 

@@ -27,9 +27,10 @@ behalf of the source record, in its transaction under exactly_once.
 Batches: with ``batch_records=n`` the agent reads its sources in batches of up to ``n`` records
 (`streamapp.batches`) and handles a batch at once: the records one by one, as above, but the
 tables read and written through a `streamapp.joins.write_back.WriteBack` (each changed entry
-written once per batch, so one changelog record per entry rather than per write) and, under
-at-least-once, one producer flush per batch before the expired records are deleted, instead of
-one per sweep. A record that does not decode or has no key meets the app's
+written once per batch, so one changelog record per entry rather than per write), one expiry
+sweep per batch once its records are handled (what it drops counts as gone for them already,
+so they are joined as record by record) and, under at-least-once, one producer flush per batch
+before the expired records are deleted. A record that does not decode or has no key meets the app's
 ``bad_record_policy`` on its own (`streamapp.bad_records.handle_record_error`); any other error
 stops the worker, the batch unacknowledged.
 
@@ -222,9 +223,10 @@ class WindowedJoin(Generic[L, R]):
     async def on_message(self, message: Any) -> None:
         """Handle one source record (the record-at-a-time agent)."""
         try:
-            expiry = await self._handle(message)
+            await self._handle(message)
         except _BadRecord as bad:
             raise bad.error from None  # to bad_record_policy, as the agent raised it
+        expiry = await self._sweep(message)
         if expiry is not None:
             await _io.flush_before_forgetting(self.app)
             expiry.apply()
@@ -232,35 +234,35 @@ class WindowedJoin(Generic[L, R]):
     async def on_batch(self, batch: Batch) -> None:
         """Handle one batch of source records of one partition (``batch_records``)."""
         processor = self.processor
-        expired = False
+        handled = None
         try:
             for event in batch:
                 message = event.message
                 try:
-                    expiry = await self._handle(message)
+                    await self._handle(message)
                 except _BadRecord as bad:
                     if not await handle_record_error(self.app, message, bad.error, self.agent.name):
                         raise bad.error from None
                     continue
-                if expiry is not None:
-                    # Into the write-back stores at once (the batch's next records see it as
-                    # record by record); into the tables only once the batch is written.
-                    expiry.apply()
-                    expired = True
-            if expired:
+                handled = message
+            # One sweep for the batch, once its records moved the clocks: its records saw what
+            # it drops as gone already (`JoinProcessor.process`), as record by record.
+            expiry = None if handled is None else await self._sweep(handled)
+            if expiry is not None:
                 # Under at-least-once the expired records leave the tables (below) only once
                 # what was sent for them is out; under exactly_once the transaction does that.
                 await _io.flush_before_forgetting(self.app)
+                expiry.apply()
             processor.write_through()
         except BaseException:
             processor.discard()
             raise
 
-    async def _handle(self, message: Any) -> Expiry | None:
-        """Process one record: store it, emit its pairs, plan what expired and emit it.
+    async def _handle(self, message: Any) -> None:
+        """Process one record: store it and emit its pairs (`_sweep` expires what is due).
 
-        Returns the expiry to apply (once what was sent is out), if any. Raises `_BadRecord`
-        for a record with no key or that does not decode, before anything is stored.
+        Raises `_BadRecord` for a record with no key or that does not decode, before anything
+        is stored.
         """
         side = self.side_of[message.topic]
         if message.key is None:
@@ -297,6 +299,11 @@ class WindowedJoin(Generic[L, R]):
             await self._emit(message, pair)
         # Before expiry: what the hook sends is flushed with the rest before state is forgotten.
         await self._report(side, message, value, time_ms, arrival.outcome)
+
+    async def _sweep(self, message: Any) -> Expiry | None:
+        """Plan what the clocks expired in ``message``'s partition and emit its unmatched
+        records on behalf of ``message``; returns the expiry to apply once what was sent is
+        out (None if nothing expired)."""
         expiry = self.processor.plan_expiry(message.partition)
         if expiry.empty:
             return None

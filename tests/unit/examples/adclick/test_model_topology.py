@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from examples.adclick.model import (
@@ -83,3 +85,28 @@ def test_topology_travels_through_the_environment() -> None:
     }
     with pytest.raises(ValueError, match="ADCLICK_PARTITIONS"):
         Topology.from_env({"ADCLICK_PARTITIONS": "six"})
+
+
+async def test_an_impression_goes_on_to_its_campaign_as_it_came(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Sent on as its source bytes (the aggregate counts it by key), not decoded and encoded."""
+    from types import SimpleNamespace
+
+    from examples.adclick import app as demo
+    from streamapp.joins import JoinRecord, Outcome, Side
+
+    sent: list[tuple[Any, Any, Any, Any]] = []
+
+    async def send(message: Any, topic: Any, *, key: Any, value: Any) -> None:
+        sent.append((message, topic, key, value))
+
+    monkeypatch.setattr(demo.attribution, "send", send)
+    # Spaced as the model's encoding never writes it: an encoding again would differ.
+    raw = b'{"auction_id": "a1", "campaign": "c7", "cost_micros": 5, "event_time_ms": 10}'
+    message = SimpleNamespace(value=raw)
+    impression = decode_impression(raw)
+    await demo._on_record(
+        JoinRecord(Side.RIGHT, "a1", impression, 10, 0, Outcome.ACCEPTED, message)
+    )
+    assert sent == [(message, demo.campaign_impressions_topic, b"c7", raw)]

@@ -189,3 +189,112 @@ def test_a_replay_after_a_batch_that_was_not_written_joins_the_records_again() -
     assert again.outcome is Outcome.ACCEPTED and [p.left.value for p in pairs if p.left] == [
         "click"
     ]
+
+
+def _feed_sweeping_per_batch(
+    proc: JoinProcessor, records: list[tuple[Side, str, int, str | None]], batch: int
+) -> tuple[list[tuple[Outcome, tuple[Pair, ...]]], list[Pair]]:
+    """As `_feed` over batches, but with one sweep per batch, when it ends (the wiring's way)."""
+    offsets = {Side.LEFT: 0, Side.RIGHT: 0}
+    arrivals: list[tuple[Outcome, tuple[Pair, ...]]] = []
+    unmatched: list[Pair] = []
+
+    def sweep() -> None:
+        expiry = proc.plan_expiry(P)
+        unmatched.extend(expiry.unmatched)
+        expiry.apply()
+        proc.write_through()
+
+    for i, (side, key, time_ms, record_id) in enumerate(records, start=1):
+        offset = offsets[side]
+        offsets[side] += 1
+        arrival = proc.process(
+            side, P, key, Entry(offset, time_ms, f"{side.value}{i}", id=record_id)
+        )
+        if arrival.outcome is Outcome.LATE:
+            proc.count_late(side, P, offset)
+        arrivals.append((arrival.outcome, arrival.pairs))
+        if i % batch == 0:
+            sweep()
+    sweep()
+    return arrivals, unmatched
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    records=records_strategy,
+    batch=st.integers(min_value=1, max_value=25),
+    kind=st.sampled_from(list(JoinKind)),
+    width=st.sampled_from([1, 30]),
+)
+def test_one_sweep_per_batch_joins_and_expires_what_a_sweep_per_record_does(
+    records: list[tuple[Side, str, int, str | None]], batch: int, kind: JoinKind, width: int
+) -> None:
+    """Records of a batch see what its sweep will drop as gone (duplicates and replays tell):
+    every outcome and pair is the record-by-record one, the unmatched are the same records
+    (emitted per batch, so in another order), and the stores end the same."""
+    plain_left: dict[str, Any] = {}
+    plain_right: dict[str, Any] = {}
+    plain = JoinProcessor(WINDOW, kind, plain_left, plain_right, index=ExpiryIndex(width))
+    left, right = Recording(), Recording()
+    batched = JoinProcessor(
+        WINDOW, kind, WriteBack(left), WriteBack(right), index=ExpiryIndex(width)
+    )
+    arrivals, unmatched = _feed_sweeping_per_batch(batched, records, batch)
+    plain_arrivals, plain_unmatched = _feed(plain, records, None)
+    assert arrivals == plain_arrivals
+    order = lambda p: repr(p)  # noqa: E731 - pairs have no order of their own
+    assert sorted(unmatched, key=order) == sorted(plain_unmatched, key=order)
+    assert (left.data, right.data) == (plain_left, plain_right)
+
+
+def test_a_duplicate_of_a_record_its_batch_will_sweep_is_a_new_record() -> None:
+    """The sweep comes at the batch's end; a record before it finds the expired one gone."""
+    proc = JoinProcessor(
+        WINDOW, JoinKind.LEFT, WriteBack(Recording()), WriteBack(Recording()), index=ExpiryIndex(1)
+    )
+    assert proc.process(Side.LEFT, P, "a", Entry(0, 100, "c1", id="x")).outcome is Outcome.ACCEPTED
+    # The right clock passes 100 + after 50 + grace 20: the click has expired, not swept yet.
+    proc.process(Side.RIGHT, P, "b", Entry(0, 171, "imp"))
+    again = proc.process(Side.LEFT, P, "a", Entry(1, 160, "c2", id="x"))
+    assert again.outcome is Outcome.ACCEPTED
+    expiry = proc.plan_expiry(P)
+    assert [p.left.value for p in expiry.unmatched if p.left] == ["c1"]
+
+
+class KeyReads(Recording):
+    """Counts the reads of record entries (``k/...``) apart."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.entry_reads: list[str] = []
+
+    def __getitem__(self, key: str) -> Any:
+        if key.startswith("k/"):
+            self.entry_reads.append(key)
+        return super().__getitem__(key)
+
+
+def test_a_key_the_expiry_index_does_not_list_is_not_read_and_one_it_lists_is() -> None:
+    left, right = KeyReads(), KeyReads()
+    proc = JoinProcessor(WINDOW, JoinKind.LEFT, left, right, index=ExpiryIndex(10))
+    for i in range(5):  # new auctions: nothing held on either side for their keys
+        proc.process(Side.RIGHT, P, f"a{i}", Entry(i, 100 + i, "imp"))
+    assert left.entry_reads == [] and right.entry_reads == []
+    # A click on a held impression reads it and joins; its own side holds nothing for the key.
+    joined = proc.process(Side.LEFT, P, "a3", Entry(0, 103, "click"))
+    assert len(joined.pairs) == 1 and right.entry_reads == ["k/a3"] and left.entry_reads == []
+    # A restart (a new processor over the same stores) finds the held keys in the index.
+    again = JoinProcessor(WINDOW, JoinKind.LEFT, left, right, index=ExpiryIndex(10))
+    assert len(again.process(Side.LEFT, P, "a4", Entry(1, 104, "click")).pairs) == 1
+    # Expired and swept, a key is no longer listed: not read again.
+    expiry = again.plan_expiry(P)  # the clicks' clock (104) expires nothing on the right
+    expiry.apply()
+    again.process(Side.LEFT, P, "zz", Entry(2, 1_000, "click"))  # moves the left clock on
+    expiry = again.plan_expiry(P)
+    assert {p.right.value for p in expiry.unmatched if p.right} == set()  # a left join
+    expiry.apply()
+    assert right.data.get("k/a0") is None
+    reads = list(right.entry_reads)
+    again.process(Side.LEFT, P, "a0", Entry(3, 1_001, "click"))
+    assert right.entry_reads == reads
