@@ -101,9 +101,8 @@ def scenarios(
                         members[holder].setdefault("offsets", {}).setdefault(c, {})[str(p)] = offset
                         # Some of that state a task held back last round made it replay.
                         if holder != owner and draw(st.integers(0, 3)) == 0:
-                            members[holder].setdefault("owned_warmup", {}).setdefault(
-                                c, []
-                            ).append(p)
+                            warmups = members[holder].setdefault("owned_warmup", {})
+                            warmups.setdefault(c, []).append(p)
     scenario: Scenario = {
         "topics": topics,
         "changelog_topics": changelogs,
