@@ -185,6 +185,8 @@ class StreamappPartitionAssignor(FaustPartitionAssignor):
             protocol="cooperative" if self._speaks_cooperative() else "eager",
             kept_owned=self._kept_owned,
             incoming=self._share.incoming,
+            # Which replicas were warmups: the follow-up moves the tasks they were for.
+            warmup=self._share.warmup,
         )
         return ConsumerProtocolMemberMetadata(self.version, sorted(topics), encode_metadata(own))
 
