@@ -111,6 +111,7 @@ class StreamappPartitionAssignor(FaustPartitionAssignor):
                 active=kept.active,
                 standby=kept.standby,
                 incoming=kept.incoming,
+                warmup=kept.warmup,
             )
             if kept
             else MemberAssignment(generation=-1)
@@ -477,6 +478,7 @@ class StreamappPartitionAssignor(FaustPartitionAssignor):
                 active=share.active,
                 standby=share.standby,
                 incoming=share.incoming,
+                warmup=share.warmup,
             ),
         )
         runtime = self.runtime

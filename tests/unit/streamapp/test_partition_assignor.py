@@ -122,6 +122,9 @@ def test_metadata_reports_the_warmups_of_the_last_assignment_apart_from_standbys
     )
     decoded = decode_metadata(assignor.metadata({"words", CHANGELOG}).user_data)
     assert (decoded.owned_standby, decoded.warmup) == ({CHANGELOG: [1]}, {CHANGELOG: [3]})
+    # And after a restart before the follow-up (a new assignor on the same data dir).
+    restarted = decode_metadata(StreamappPartitionAssignor(app).metadata({"words"}).user_data)
+    assert (restarted.generation, restarted.warmup) == (2, {CHANGELOG: [3]})
 
 
 def test_leader_plans_and_members_apply_even_with_bad_metadata(
