@@ -6,8 +6,9 @@ Per group, in three linear passes:
    give some up, it first gives those another claimant of the task can take
    (a restarted worker whose claim lost on generation gets its own tasks
    back), then those a caught-up member can take without a replay (contract
-   rule 6), one that warmed up for the task before one that is its standby (a
-   follow-up moves the task that was held back), then the highest partitions.
+   rule 6): first the task a member warmed up for (a follow-up moves the task
+   that was held back), then one a caught-up member that is not its standby
+   can take, then one its standby can, then the highest partitions.
 2. Local state: each task left over goes to a member with free quota that
    can take it without a replay: one that claimed part of it, else a
    caught-up member, least lag first (its standby, or a member that
@@ -102,18 +103,23 @@ def _place_group(
         return found
 
     standbys = facts.previous_standbys[g]
+    warmed = facts.previous_warmups[g]
 
     def release_rank(p: int, owner: int) -> int:
-        """How readily task p is given up: 3 when a member that also claimed it
+        """How readily task p is given up: 4 when a member that also claimed it
         can take it (a worker restarted with an older generation wants its own
-        tasks back), 2 when a caught-up member that is not its standby can (the
-        member a task held back last round warmed up on: the follow-up moves
-        that task, not another its target happens to have a standby of), 1 when
-        only its caught-up standby can, 0 when nobody else can."""
+        tasks back), 3 when the member that warmed up for it can (the task was
+        held back for that member last round: the follow-up moves that task,
+        not another whose state the member happens to have), 2 when a caught-up
+        member that is not its standby can (the same, for members that do not
+        report their warmups), 1 when only its caught-up standby can, 0 when
+        nobody else can."""
         ready = [m for m in takers(p) if m != owner and free.get(m, 0) > 0]
         if not ready:
             return 0
         if any(m in facts.other_claimants.get((g, p), ()) for m in ready):
+            return 4
+        if any(m in warmed.get(p, ()) for m in ready):
             return 3
         return 1 if all(m in standbys.get(p, ()) for m in ready) else 2
 

@@ -17,6 +17,8 @@ placement passes never rescan members per task:
   ``superseded_active``), or with fewer of the task's topics (possible when a
   previous assignment did not co-partition); they are the next best keepers.
 - ``previous_standbys[g][p]``: members that held a standby of a stateful task.
+- ``previous_warmups[g][p]``: members that replayed a stateful task's changelog as a
+  warmup (a task held back for them): what they say in ``owned_warmup``.
 - ``state_lag[g][p]``: member -> lag, for members with local state for the
   task (or that owned it active: a running active is caught up, lag 0).
   ``has_state`` tells whether any task has such an entry.
@@ -57,6 +59,7 @@ class TaskFacts:
     previous_owner: list[list[int]]
     other_claimants: dict[Task, list[int]]
     previous_standbys: list[dict[int, list[int]]]
+    previous_warmups: list[dict[int, list[int]]]
     state_lag: list[dict[int, dict[int, int]]]
     has_state: bool
     no_state_lag: list[list[int]]
@@ -87,6 +90,7 @@ class TaskFacts:
         # Only when two members claim topics of one task do we need to count.
         votes: dict[Task, dict[int, int]] = {}
         previous_standbys: list[dict[int, list[int]]] = [{} for _ in groups]
+        previous_warmups: list[dict[int, list[int]]] = [{} for _ in groups]
         other_claimants: dict[Task, list[int]] = {}
         for i, member in enumerate(scenario.members.values()):
             # Claims that lost on generation: a worker that restarted with an
@@ -135,6 +139,15 @@ class TaskFacts:
                     if holders is None:
                         standbys[p] = [i]
                     elif i not in holders:
+                        holders.append(i)
+            for topic, partitions in member.owned_warmup.items():
+                g = group_of_topic.get(topic)
+                if g is None or not groups[g].stateful or i not in eligible[g]:
+                    continue
+                warm = previous_warmups[g]
+                for p in partitions:
+                    holders = warm.setdefault(p, [])
+                    if i not in holders:
                         holders.append(i)
         if votes:
             generation = [m.generation for m in scenario.members.values()]
@@ -194,6 +207,7 @@ class TaskFacts:
             previous_owner=previous_owner,
             other_claimants=other_claimants,
             previous_standbys=previous_standbys,
+            previous_warmups=previous_warmups,
             state_lag=state_lag,
             has_state=any(state_lag),
             no_state_lag=no_state_lag,

@@ -72,6 +72,11 @@ class MemberMetadata:
     #: (`MemberAssignment.incoming`). A claim for the next plan, at ``generation``, and not a
     #: partition it holds: kept apart from ``owned_active``, which says what it processes.
     incoming: TopicPartitions = field(default_factory=dict)
+    #: changelog topic -> partitions its last assignment gave it as warmups
+    #: (`MemberAssignment.warmup`). Its offsets alone cannot say which of its caught-up tasks
+    #: it warmed up for and which it still has on disk from an earlier generation; the
+    #: follow-up must move the first. Members of versions without this field report none.
+    warmup: TopicPartitions = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -138,6 +143,7 @@ def decode_metadata(data: bytes) -> MemberMetadata:
             protocol=_protocol(payload),
             kept_owned=_bool(payload, "K"),
             incoming=_partitions(payload.get("I", {}), "I"),
+            warmup=_partitions(payload.get("w", {}), "w"),
         )
     except (KeyError, TypeError) as exc:
         raise MetadataError(f"member metadata is malformed: {exc}") from None
@@ -216,6 +222,8 @@ def _metadata_payload(metadata: MemberMetadata, offsets: TopicOffsets) -> dict[s
         payload["K"] = True
     if any(metadata.incoming.values()):
         payload["I"] = _sorted_partitions(metadata.incoming)
+    if any(metadata.warmup.values()):
+        payload["w"] = _sorted_partitions(metadata.warmup)
     return payload
 
 
@@ -229,7 +237,13 @@ def _sorted_offsets(offsets: TopicOffsets) -> dict[str, dict[str, int]]:
 
 def _owned_offsets(metadata: MemberMetadata) -> dict[str, dict[int, int]]:
     owned: dict[str, set[int]] = {}
-    for claims in (metadata.owned_active, metadata.owned_standby, metadata.incoming):
+    # A warmup's offsets are what its claim is about: without them it counts for nothing.
+    for claims in (
+        metadata.owned_active,
+        metadata.owned_standby,
+        metadata.incoming,
+        metadata.warmup,
+    ):
         for topic, partitions in claims.items():
             owned.setdefault(topic, set()).update(partitions)
     return {

@@ -14,8 +14,10 @@ docs/assignment-rules.md into frozen dataclasses:
 - `Member`: ``member_id``, ``client_id``, ``host``, ``rack``, ``capacity``,
   ``subscription`` (sorted tuple), ``generation``, ``owned_active`` and
   ``owned_standby`` (topic -> sorted tuple of partitions), ``offsets``
-  (topic -> partition -> offset), ``kept_active`` (cooperative: what it kept
-  processing through the join, unchecked; only the withholding reads it).
+  (topic -> partition -> offset), ``owned_warmup`` (changelog topic -> partitions
+  it replayed as warmups in that generation; only the choice of which task a holder
+  gives up reads it), ``kept_active`` (cooperative: what it kept processing through
+  the join, unchecked; only the withholding reads it).
 
 Everything the contract calls bad input raises `ScenarioError` naming the field
 path; so does a partition count above `MAX_PARTITIONS_PER_TOPIC` (1,000,000)
@@ -103,6 +105,7 @@ _MEMBER_KEYS = frozenset(
         "generation",
         "owned_active",
         "owned_standby",
+        "owned_warmup",
         "offsets",
         "kept_active",
     }
@@ -131,6 +134,10 @@ class Member:
     #: it says them (no generation check, no conflict resolution: it is processing them, and
     #: no other member may get one this round). Never ownership for the other rules.
     kept_active: Claims = field(default_factory=dict, hash=False)
+    #: the changelog partitions it replayed as warmups in ``generation``: which of its
+    #: caught-up tasks it warmed up for, and which it merely still has on disk (an old task's
+    #: store looks just as caught up when nobody wrote to it since).
+    owned_warmup: Claims = field(default_factory=dict, hash=False)
 
 
 @dataclass(frozen=True, eq=True)
@@ -445,7 +452,7 @@ def _parse_member(
     if type(generation) is not int or generation < -1:
         generation = _integer(generation, f"{path}.generation", minimum=-1)
     owned: list[Claims] = []
-    for key in ("owned_active", "owned_standby"):
+    for key in ("owned_active", "owned_standby", "owned_warmup"):
         claims = fields.get(key)
         owned.append(
             {}
@@ -471,6 +478,7 @@ def _parse_member(
         kept_active={}
         if kept is None
         else _parse_claims(kept, f"{path}.kept_active", topics, _StaleCounter()),
+        owned_warmup=owned[2],
     )
 
 
@@ -555,6 +563,7 @@ def _resolve_conflicts(members: dict[str, Member]) -> tuple[dict[str, Member], i
                 offsets=member.offsets,
                 superseded_active=older,
                 kept_active=member.kept_active,
+                owned_warmup=member.owned_warmup,
             )
         resolved[member_id] = member
     return resolved, dropped

@@ -88,8 +88,8 @@ def check_facts(
 
     ``group_generation``: the highest generation the leader has seen for this group (``None``:
     none yet, every claim counts). A claim above it was made in no plan of this group: the
-    member's ``owned_active`` and ``owned_standby`` are dropped, as stale claims are, and what
-    it has on disk (its offsets) still counts.
+    member's ``owned_active``, ``owned_standby`` and warmups are dropped, as stale claims are,
+    and what it has on disk (its offsets) still counts.
 
     A member caught in both at once, a generation above the group's and an offset above the
     broker's end, is `refused`: no honest member of this group's history says either (a member
@@ -131,13 +131,15 @@ def check_facts(
         if member_id in not_counted:
             # An owner's store is where its changelog's records come from: one that claims a
             # task while its state is false holds it only to sit on it.
-            meta = replace(meta, owned_active={}, owned_standby={}, incoming={})
+            meta = replace(meta, owned_active={}, owned_standby={}, incoming={}, warmup={})
         if group_generation is not None and meta.generation > group_generation:
             above[member_id] = meta.generation
             if member_id in beyond:
                 refused.add(member_id)
                 continue
-            meta = replace(meta, generation=-1, owned_active={}, owned_standby={}, incoming={})
+            meta = replace(
+                meta, generation=-1, owned_active={}, owned_standby={}, incoming={}, warmup={}
+            )
         checked[member_id] = facts if meta is facts.metadata else replace(facts, metadata=meta)
     return CheckedFacts(
         checked,
@@ -262,6 +264,8 @@ def _member(member_id: str, facts: MemberFacts) -> dict[str, Any]:
         owned_standby=_lists(meta.owned_standby),
         offsets={t: {str(p): o for p, o in parts.items()} for t, parts in meta.offsets.items()},
     )
+    if any(meta.warmup.values()):
+        entry["owned_warmup"] = _lists(meta.warmup)
     if meta.host is not None:
         entry["host"] = meta.host
     if meta.rack is not None:

@@ -372,6 +372,7 @@ def current_facts(view: GroupView) -> dict[str, MemberFacts]:
                 generation=share.generation,
                 owned_active={t: ps for t, ps in share.active.items() if t not in skip},
                 owned_standby=dict(share.standby),
+                warmup=dict(share.warmup),
                 offsets=offsets,
             ),
         )

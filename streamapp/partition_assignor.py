@@ -111,6 +111,7 @@ class StreamappPartitionAssignor(FaustPartitionAssignor):
                 active=kept.active,
                 standby=kept.standby,
                 incoming=kept.incoming,
+                warmup=kept.warmup,
             )
             if kept
             else MemberAssignment(generation=-1)
@@ -185,6 +186,8 @@ class StreamappPartitionAssignor(FaustPartitionAssignor):
             protocol="cooperative" if self._speaks_cooperative() else "eager",
             kept_owned=self._kept_owned,
             incoming=self._share.incoming,
+            # Which replicas were warmups: the follow-up moves the tasks they were for.
+            warmup=self._share.warmup,
         )
         return ConsumerProtocolMemberMetadata(self.version, sorted(topics), encode_metadata(own))
 
@@ -475,6 +478,7 @@ class StreamappPartitionAssignor(FaustPartitionAssignor):
                 active=share.active,
                 standby=share.standby,
                 incoming=share.incoming,
+                warmup=share.warmup,
             ),
         )
         runtime = self.runtime

@@ -29,6 +29,9 @@ class Ownership:
     #: Partitions the last plan gave this worker but withheld for a round (cooperative), which
     #: it claims in its next join: a restart in between must not lose that claim.
     incoming: Mapping[str, Sequence[int]] = field(default_factory=dict)
+    #: The warmups of the last assignment, which it reports in its next join: a worker that
+    #: restarts before its follow-up rebalance still says which task it warmed up for.
+    warmup: Mapping[str, Sequence[int]] = field(default_factory=dict)
 
 
 def save_ownership(data_dir: str | Path, ownership: Ownership) -> None:
@@ -40,6 +43,8 @@ def save_ownership(data_dir: str | Path, ownership: Ownership) -> None:
     }
     if any(ownership.incoming.values()):
         payload["incoming"] = {t: sorted(ps) for t, ps in ownership.incoming.items() if ps}
+    if any(ownership.warmup.values()):
+        payload["warmup"] = {t: sorted(ps) for t, ps in ownership.warmup.items() if ps}
     # A crash mid-write must leave the previous record, not half of one.
     write_atomically(path, json.dumps(payload, sort_keys=True))
 
@@ -53,8 +58,9 @@ def load_ownership(data_dir: str | Path) -> Ownership | None:
             generation=int(payload["generation"]),
             active=_claims(payload["active"]),
             standby=_claims(payload["standby"]),
-            # Files written before this field have none.
+            # Files written before these fields have none.
             incoming=_claims(payload.get("incoming", {})),
+            warmup=_claims(payload.get("warmup", {})),
         )
     except FileNotFoundError:
         return None

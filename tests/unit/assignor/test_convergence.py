@@ -77,6 +77,8 @@ def apply(result: Result, scenario: Scenario) -> Scenario:
         member["generation"] = member.get("generation", 0) + 1
         member["owned_active"] = copy.deepcopy(share["active"])
         member["owned_standby"] = copy.deepcopy(share["standby"])
+        # Members report what they replayed as warmups, as a worker's join metadata does.
+        member["owned_warmup"] = copy.deepcopy(share["warmup"])
         offsets = member.setdefault("offsets", {})
         for placement in (share["active"], share["standby"], share["warmup"]):
             for topic, partitions in placement.items():
@@ -206,6 +208,43 @@ def test_the_followup_moves_the_task_that_was_held_back() -> None:
                 "generation": 5,
                 "owned_active": {"s0": [3], "s0-changelog": [3]},
                 "owned_standby": {"s0-changelog": [2]},
+                "offsets": {"s0-changelog": {"1": 500, "2": 500, "3": 500}},
+            },
+        },
+    }
+    result = plan(scenario)
+    assert result["members"]["b"]["active"]["s0"] == [1, 3]
+    assert result["members"]["a"]["active"]["s0"] == [0, 2]
+
+
+def test_the_followup_moves_the_task_its_target_warmed_up_for() -> None:
+    """Of two tasks the target is caught up on, the holder gives up the one the target says it
+    warmed up for, not the one whose state the target kept from an earlier generation (no
+    offset tells them apart: nobody wrote to the old task since). Found by the property below:
+    after a member left, the warm member got another task and its warmup was wasted."""
+    topics = {"s0": 4, "s0-changelog": 4}
+    ends = {str(p): 500 for p in range(4)}
+    scenario: Scenario = {
+        "topics": topics,
+        "changelog_topics": ["s0-changelog"],
+        "acceptable_recovery_lag": 0,
+        "end_offsets": {"s0-changelog": ends},
+        "members": {
+            # a holds three tasks; task 1 was held back on it for b last round.
+            "a": {
+                "client_id": "a",
+                "subscription": sorted(topics),
+                "generation": 5,
+                "owned_active": {"s0": [0, 1, 2], "s0-changelog": [0, 1, 2]},
+                "offsets": {"s0-changelog": {"0": 500, "1": 500, "2": 500}},
+            },
+            # b warmed up on task 1, and still has task 2's store from when it ran it.
+            "b": {
+                "client_id": "b",
+                "subscription": sorted(topics),
+                "generation": 5,
+                "owned_active": {"s0": [3], "s0-changelog": [3]},
+                "owned_warmup": {"s0-changelog": [1]},
                 "offsets": {"s0-changelog": {"1": 500, "2": 500, "3": 500}},
             },
         },

@@ -47,6 +47,7 @@ metadata = st.builds(
     protocol=st.sampled_from(["eager", "cooperative"]),
     kept_owned=st.booleans(),
     incoming=claims,
+    warmup=claims,
 )
 
 
@@ -214,3 +215,31 @@ def test_malformed_incoming_fields_are_refused(bad: dict[str, object]) -> None:
         decode_metadata(_packed({"c": "w1", "u": "http://h:1", "k": 1, "g": 4, **bad}))
     with pytest.raises(MetadataError, match="malformed"):
         decode_assignment(_packed({"g": 4, "i": bad["I"]}))
+
+
+def test_warmups_are_optional_on_the_wire() -> None:
+    # Left out when empty, so a member without warmups sends the bytes of earlier versions; an
+    # earlier member's metadata decodes as reporting none.
+    assert "w" not in _payload(encode_metadata(MemberMetadata(client_id="w1", url="http://h:1")))
+    assert decode_metadata(_packed({"c": "w1", "u": "http://h:1", "k": 1, "g": 4})).warmup == {}
+    member = MemberMetadata(client_id="w1", url="http://h:1", generation=5, warmup={"t": [4, 2]})
+    assert _payload(encode_metadata(member))["w"] == {"t": [2, 4]}
+    decoded = decode_metadata(encode_metadata(member))
+    assert (decoded.warmup, decoded.owned_standby) == ({"t": [2, 4]}, {})
+
+
+@pytest.mark.parametrize("bad", [{"w": [1]}, {"w": {"t": [-1]}}, {"w": {"t": "1"}}])
+def test_malformed_warmup_fields_are_refused(bad: dict[str, object]) -> None:
+    with pytest.raises(MetadataError, match="malformed"):
+        decode_metadata(_packed({"c": "w1", "u": "http://h:1", "k": 1, "g": 4, **bad}))
+
+
+def test_a_warmups_offsets_are_kept_past_the_size_limit() -> None:
+    member = MemberMetadata(
+        client_id="w1",
+        url="http://h:1",
+        warmup={"cl": [3]},
+        offsets={"cl": {p: 10**12 + p * 7919 for p in range(5_000)}},
+    )
+    decoded = decode_metadata(encode_metadata(member, limit=2_000))
+    assert decoded.offsets == {"cl": {3: 10**12 + 3 * 7919}}

@@ -66,6 +66,10 @@ def _with(path: list[str | int], value: Any) -> dict[str, Any]:
             "members.m1.owned_active.clicks[0]: partition must be at least 0",
         ),
         (
+            _with(["members", "m1", "owned_warmup"], {"clicks-changelog": [1, -2]}),
+            "members.m1.owned_warmup.clicks-changelog[1]: partition must be at least 0",
+        ),
+        (
             _with(["members", "m1", "offsets"], {"clicks-changelog": {"0": -3}}),
             "members.m1.offsets.clicks-changelog.0: offset must be at least 0",
         ),
@@ -108,12 +112,14 @@ def test_stale_facts_are_dropped_and_counted() -> None:
     member["subscription"].append("deleted-topic")  # 1
     member["owned_active"] = {"clicks": [0, 9], "deleted-topic": [0, 1]}  # 3
     member["offsets"] = {"clicks-changelog": {"0": 5, "7": 5}}  # 1
+    member["owned_warmup"] = {"clicks-changelog": [3, 8]}  # 1
     parsed = parse_scenario(scenario)
-    assert parsed.stale_claims == 5
+    assert parsed.stale_claims == 6
     m1 = parsed.members["m1"]
     assert m1.subscription == ("clicks", "clicks-changelog")
     assert m1.owned_active == {"clicks": (0,)}
     assert m1.offsets == {"clicks-changelog": {0: 5}}
+    assert m1.owned_warmup == {"clicks-changelog": (3,)}
 
 
 def test_higher_generation_wins_a_conflicting_claim_and_ties_void_it() -> None:
@@ -133,6 +139,19 @@ def test_higher_generation_wins_a_conflicting_claim_and_ties_void_it() -> None:
     assert parsed.members["m2"].owned_active == {}
     assert parsed.members["m3"].owned_active == {}
     assert parsed.conflicting_claims == 3
+
+
+def test_a_member_that_loses_a_claim_keeps_its_warmups() -> None:
+    scenario = _base()
+    loser = copy.deepcopy(scenario["members"]["m1"])
+    loser["client_id"] = "w2"
+    loser["generation"] = 1
+    loser["owned_active"] = {"clicks": [1, 2]}
+    loser["owned_warmup"] = {"clicks-changelog": [3]}
+    scenario["members"]["m2"] = loser
+    parsed = parse_scenario(scenario)
+    assert parsed.members["m2"].owned_active == {"clicks": (2,)}
+    assert parsed.members["m2"].owned_warmup == {"clicks-changelog": (3,)}
 
 
 def test_end_offsets_default_to_the_highest_reported_offset() -> None:

@@ -99,6 +99,10 @@ def scenarios(
                         end = ends[c][str(p)]
                         offset = draw(st.sampled_from([end, max(end - 50, 0), end // 3]))
                         members[holder].setdefault("offsets", {}).setdefault(c, {})[str(p)] = offset
+                        # Some of that state a task held back last round made it replay.
+                        if holder != owner and draw(st.integers(0, 3)) == 0:
+                            warmups = members[holder].setdefault("owned_warmup", {})
+                            warmups.setdefault(c, []).append(p)
     scenario: Scenario = {
         "topics": topics,
         "changelog_topics": changelogs,
@@ -209,6 +213,7 @@ def applied(result: Result, scenario: Scenario, *, only_held_state: bool = False
         member["generation"] = max(member.get("generation", -1), 0) + 1
         member["owned_active"] = copy.deepcopy(share["active"])
         member["owned_standby"] = copy.deepcopy(share["standby"])
+        member["owned_warmup"] = copy.deepcopy(share["warmup"])
         if only_held_state:
             member["offsets"] = {}
         offsets = member.setdefault("offsets", {})

@@ -244,3 +244,27 @@ def test_what_a_member_kept_through_the_join_reaches_the_scenario_unchecked() ->
     )
     assert scenario["members"]["m-1"]["kept_active"] == {"words": [0, 1], CHANGELOG: [0, 1]}
     assert "kept_active" not in scenario["members"]["m-2"]  # it did not say it kept anything
+
+
+def test_a_members_warmups_reach_the_scenario_and_go_with_its_other_claims() -> None:
+    warm = _member("w3", generation=3, offsets={1: 500}).metadata
+    assert warm is not None
+    members = {**_honest(), "m-3": MemberFacts(TOPICS, replace(warm, warmup={CHANGELOG: [1]}))}
+    checked = check_facts(members, broker_ends=BROKER_ENDS, group_generation=3)
+    scenario = build_scenario(
+        topics=TOPIC_COUNTS,
+        changelog_topics=[CHANGELOG],
+        members=checked.members,
+        settings=SETTINGS,
+        broker_ends=BROKER_ENDS,
+    )
+    assert scenario["members"]["m-3"]["owned_warmup"] == {CHANGELOG: [1]}
+    assert "owned_warmup" not in scenario["members"]["m-1"]
+    assert parse_scenario(scenario).members["m-3"].owned_warmup == {CHANGELOG: (1,)}
+    # Claimed at a generation the group never had: dropped with its other claims.
+    members["m-3"] = MemberFacts(TOPICS, replace(warm, generation=9, warmup={CHANGELOG: [1]}))
+    checked = check_facts(members, broker_ends=BROKER_ENDS, group_generation=3)
+    assert checked.claims_above_generation == {"m-3": 9}
+    stray = checked.members["m-3"].metadata
+    assert stray is not None
+    assert (stray.owned_active, stray.warmup) == ({}, {})

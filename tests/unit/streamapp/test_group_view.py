@@ -23,6 +23,7 @@ from streamapp.group_view import (
     DescribedGroup,
     GroupViewError,
     RawMember,
+    current_facts,
     format_group,
     format_what_if,
     group_json,
@@ -227,3 +228,21 @@ def test_table_leaves_out_fausts_leader_topic_and_json_keeps_it() -> None:
     assert leader not in text
     assert f"  active   {SOURCE}: 0, 1, 2, 3" in text.splitlines()
     assert group_json(view)["members"][0]["active"][leader] == [0]
+
+
+def test_the_what_if_plans_with_the_warmups_of_the_current_assignment() -> None:
+    # As the leader would see them at the next join: what each member warms up for now.
+    view = read_group(
+        _group(
+            _member("w1", [0, 1, 2], [3], offsets={0: 100, 1: 100, 2: 100, 3: 100}),
+            # w2 warms up on task 1 and still has task 2's store from when it ran it.
+            _member("w2", [3], [], offsets={1: 100, 2: 100, 3: 100}, warmup=[1]),
+            _member("w3", [], [], offsets={}),
+        ),
+        ENDS,
+    )
+    warm = current_facts(view)["streamapp-w2-uuid"].metadata
+    assert warm is not None and warm.warmup == {CHANGELOG: [1]}
+    found = what_if(view, parse_change("leave w3"), topics=TOPICS, settings=SETTINGS)
+    moved = {(m.topic, m.partition, m.to_client) for m in found.moves if m.kind == "active"}
+    assert moved == {(SOURCE, 1, "w2"), (CHANGELOG, 1, "w2")}

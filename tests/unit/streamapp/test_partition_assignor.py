@@ -15,17 +15,21 @@ import faust
 import pytest
 import rocksdict
 from aiokafka.coordinator.protocol import (
+    ConsumerProtocolMemberAssignment,
     ConsumerProtocolMemberMetadata,
 )
 from faust.assignor import PartitionAssignor
 from faust.types import TP
 
 from assignor.metadata_codec import (
+    MemberAssignment,
     MemberMetadata,
     decode_assignment,
     decode_metadata,
+    encode_assignment,
     encode_metadata,
 )
+from streamapp.group_scenario import kafka_partitions
 from streamapp.partition_assignor import PROTOCOL_NAME, StreamappPartitionAssignor
 from streamapp.settings import StreamappSettings
 from tables.inventory import OFFSET_KEY
@@ -99,6 +103,28 @@ def test_metadata_reports_what_recovery_applied_of_a_replica_beyond_its_store(
     )
     decoded = decode_metadata(_assignor(app).metadata({"words", CHANGELOG}).user_data)
     assert decoded.offsets == {CHANGELOG: {1: 417, 2: 12, 3: 501}}
+
+
+def test_metadata_reports_the_warmups_of_the_last_assignment_apart_from_standbys(
+    app: faust.App,
+) -> None:
+    assignor = _assignor(app)
+    share = MemberAssignment(
+        generation=2,
+        active={"words": [0], CHANGELOG: [0]},
+        standby={CHANGELOG: [1]},
+        warmup={CHANGELOG: [3]},
+        followup_rebalance=True,
+        warmups_in_group=1,
+    )
+    assignor.on_assignment(
+        ConsumerProtocolMemberAssignment(4, kafka_partitions(share), encode_assignment(share))
+    )
+    decoded = decode_metadata(assignor.metadata({"words", CHANGELOG}).user_data)
+    assert (decoded.owned_standby, decoded.warmup) == ({CHANGELOG: [1]}, {CHANGELOG: [3]})
+    # And after a restart before the follow-up (a new assignor on the same data dir).
+    restarted = decode_metadata(StreamappPartitionAssignor(app).metadata({"words"}).user_data)
+    assert (restarted.generation, restarted.warmup) == (2, {CHANGELOG: [3]})
 
 
 def test_leader_plans_and_members_apply_even_with_bad_metadata(

@@ -154,9 +154,11 @@ def test_sound_stores_leave_the_ownership_record_alone(tmp_path: Path) -> None:
 
 
 def test_without_partitions() -> None:
-    ownership = Ownership(generation=3, active={"a": [0, 1], "b": [1]}, standby={"a": [2]})
+    ownership = Ownership(
+        generation=3, active={"a": [0, 1], "b": [1]}, standby={"a": [2]}, warmup={"a": [1, 3]}
+    )
     assert without_partitions(ownership, {1}) == Ownership(
-        generation=3, active={"a": [0]}, standby={"a": [2]}
+        generation=3, active={"a": [0]}, standby={"a": [2]}, warmup={"a": [3]}
     )
     assert without_partitions(ownership, set()) == ownership
 

@@ -36,3 +36,10 @@ def test_damaged_file_is_ignored_with_a_warning(
     (tmp_path / OWNERSHIP_FILE).write_text(text)
     assert load_ownership(tmp_path) is None
     assert OWNERSHIP_FILE in caplog.text
+
+
+def test_warmups_survive_a_restart_and_old_files_have_none(tmp_path: Path) -> None:
+    save_ownership(tmp_path, Ownership(generation=7, standby={"c": [1]}, warmup={"c": [4, 0]}))
+    assert load_ownership(tmp_path) == Ownership(7, standby={"c": [1]}, warmup={"c": [0, 4]})
+    (tmp_path / OWNERSHIP_FILE).write_text('{"generation": 7, "active": {}, "standby": {}}')
+    assert load_ownership(tmp_path) == Ownership(7)
