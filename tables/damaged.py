@@ -142,6 +142,7 @@ def without_partitions(ownership: Ownership, partitions: set[int]) -> Ownership:
         generation=ownership.generation,
         active=keep({t: list(ps) for t, ps in ownership.active.items()}),
         standby=keep({t: list(ps) for t, ps in ownership.standby.items()}),
+        incoming=keep({t: list(ps) for t, ps in ownership.incoming.items()}),
         warmup=keep({t: list(ps) for t, ps in ownership.warmup.items()}),
     )
 

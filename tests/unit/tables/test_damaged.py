@@ -155,10 +155,14 @@ def test_sound_stores_leave_the_ownership_record_alone(tmp_path: Path) -> None:
 
 def test_without_partitions() -> None:
     ownership = Ownership(
-        generation=3, active={"a": [0, 1], "b": [1]}, standby={"a": [2]}, warmup={"a": [1, 3]}
+        generation=3,
+        active={"a": [0, 1], "b": [1]},
+        standby={"a": [2]},
+        incoming={"a": [1, 4]},
+        warmup={"a": [1, 3]},
     )
     assert without_partitions(ownership, {1}) == Ownership(
-        generation=3, active={"a": [0]}, standby={"a": [2]}, warmup={"a": [3]}
+        generation=3, active={"a": [0]}, standby={"a": [2]}, incoming={"a": [4]}, warmup={"a": [3]}
     )
     assert without_partitions(ownership, set()) == ownership
 
