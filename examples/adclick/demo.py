@@ -32,7 +32,7 @@ from examples.adclick.topology import JOIN_NAME, Topology
 from streamapp.bad_records import HEADER_PREFIX
 from streamapp.joins.core import held_entries
 from streamapp.kafka import LocalKafka, broker_status
-from streamapp.testing.stop_signals import Stopped, shielded, stop_signals
+from streamapp.testing.stop_signals import run_until_stopped, shielded, stopped_by
 
 
 def say(line: str) -> None:
@@ -378,9 +378,8 @@ def run_demo(args: argparse.Namespace) -> DemoResult:
             where = (
                 f"its data dir {data_dir} removed" if removed else f"logs and data in {data_dir}"
             )
-            cause = (
-                f" on {why.name}" if isinstance(why, Stopped) else " after an error" if why else ""
-            )
+            stop = stopped_by(why)
+            cause = f" on {stop.name}" if stop else " after an error" if why else ""
             say(f"stopped{cause}: {stopped}; {where}")
 
 
@@ -439,12 +438,14 @@ def _still_stopping(signum: int) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    # SIGTERM and SIGHUP stop the run as Ctrl-C does: run_demo's clean-up stops what it started
+    # and says so; the exit status is then 128 + the signal's number.
+    return run_until_stopped(lambda: _run(args), on_repeat=_still_stopping)
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
-        # SIGTERM and SIGHUP stop the run as Ctrl-C does: run_demo's clean-up stops what it started.
-        with stop_signals(on_repeat=_still_stopping):
-            result = run_demo(args)
-    except Stopped as stop:
-        return stop.exit_status  # run_demo said what it stopped
+        result = run_demo(args)
     except (RuntimeError, TimeoutError, OSError) as exc:
         print(f"demo: failed: {exc}", file=sys.stderr)
         return 1
