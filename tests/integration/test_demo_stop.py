@@ -3,9 +3,9 @@
 The demo runs as a subprocess with its own broker (the Kafka JVM, in a session of its own) and two
 workers. Once traffic flows (the generator's first progress line: every worker owns partitions),
 it is stopped the two ways people stop it: SIGTERM to its pid (`kill`, a supervisor), and SIGINT
-to its process group (Ctrl-C in a terminal, which reaches the workers too). Every process it had
-started, found by walking /proc from its pid before the signal, must be gone once it exits, and
-its last line must say what it stopped, by pid, and where the logs are.
+to its process group (Ctrl-C in a terminal, which reaches the workers too); and it fails, a
+worker dying under it. Every process seen under it (walking /proc from its pid while it runs)
+must be gone once it exits, and one line must say what it stopped, by pid, and where the logs are.
 """
 
 from __future__ import annotations
@@ -78,6 +78,77 @@ def _wait_for_line(log: Path, demo: subprocess.Popen[bytes], text: str, timeout:
     raise AssertionError(f"no {text!r} from the demo in {timeout:.0f} s:\n{log.read_text()}")
 
 
+class _Demo:
+    """`streamapp demo` as a subprocess in a process group of its own (as a shell starts a
+    command), with every process seen under it while it ran."""
+
+    def __init__(self, tmp_path: Path, *args: str) -> None:
+        self.log = tmp_path / "demo.err"
+        self.data_dir = tmp_path / "demo"
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(
+                p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p
+            ),
+        }
+        command = [sys.executable, "-m", "streamapp", "demo", "--workers", str(WORKERS)]
+        command += ["--partitions", "4", "--data-dir", str(self.data_dir)]
+        command += ["--report-dir", str(tmp_path / "report"), *args]
+        with self.log.open("wb") as err:
+            self.process = subprocess.Popen(
+                command,
+                cwd=REPO_ROOT,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=err,
+                start_new_session=True,
+            )
+        self.seen: dict[int, str] = {}  # pid -> start time, of every process seen under it
+        self.commands: dict[int, str] = {}
+
+    def look(self) -> None:
+        for pid, started in _descendants(self.process.pid).items():
+            if pid not in self.seen:
+                self.seen[pid], self.commands[pid] = started, _cmdline(pid)
+
+    def pids_of(self, text: str) -> set[int]:
+        return {pid for pid, cmd in self.commands.items() if text in cmd}
+
+    def wait(self, timeout: float) -> int:
+        """Until it exits, looking for new children (a restarted worker) on the way."""
+        deadline = time.monotonic() + timeout
+        while self.process.poll() is None:
+            assert time.monotonic() < deadline, f"the demo still runs:\n{self.log.read_text()}"
+            self.look()
+            time.sleep(0.5)
+        return self.process.returncode
+
+    def survivors(self) -> dict[int, str]:
+        return {pid: self.commands[pid] for pid, t in self.seen.items() if _running(pid, t)}
+
+    def stopped_line(self, cause: str) -> re.Match[str]:
+        """The line that says what it stopped; it must name this log's data dir."""
+        pattern = (
+            rf"demo: stopped {cause}: {WORKERS} workers \(pids ([\d, ]+)\) and the Kafka "
+            rf"[\d.]+ broker \(pid (\d+)\); logs and data in (.+)"
+        )
+        lines = self.log.read_text().splitlines()
+        found = [m for line in lines if (m := re.fullmatch(pattern, line))]
+        assert len(found) == 1, "\n".join(lines[-20:])
+        assert Path(found[0][3]) == self.data_dir
+        return found[0]
+
+    def kill_all(self) -> None:
+        """Whatever the outcome, nothing the test started outlives it."""
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+        for pid, started in self.seen.items():
+            if _running(pid, started):
+                os.kill(pid, signal.SIGKILL)
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize(
@@ -88,61 +159,51 @@ def _wait_for_line(log: Path, demo: subprocess.Popen[bytes], text: str, timeout:
 def test_a_stopped_demo_stops_its_broker_and_workers(
     tmp_path: Path, sig: signal.Signals, to_group: bool
 ) -> None:
-    log = tmp_path / "demo.err"
-    data_dir = tmp_path / "demo"
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(
-            p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p
-        ),
-    }
     # Slow traffic and a late crash: the signal comes long before the demo's own worker kill.
-    args = ["--workers", str(WORKERS), "--partitions", "4", "--events", "100000", "--rate", "200"]
-    args += ["--kill-at", "0.9", "--data-dir", str(data_dir), "--report-dir", str(tmp_path / "r")]
-    with log.open("wb") as err:
-        demo = subprocess.Popen(
-            [sys.executable, "-m", "streamapp", "demo", *args],
-            cwd=REPO_ROOT,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=err,
-            start_new_session=True,  # its own process group, as a shell gives a command
-        )
-    children: dict[int, str] = {}
+    demo = _Demo(tmp_path, "--events", "100000", "--rate", "200", "--kill-at", "0.9")
     try:
-        _wait_for_line(log, demo, "demo: generator: ", timeout=420)
-        children = _descendants(demo.pid)
-        commands = {pid: _cmdline(pid) for pid in children}
-        workers = {pid for pid, cmd in commands.items() if "streamapp worker" in cmd}
-        brokers = {pid for pid, cmd in commands.items() if "kafka.Kafka" in cmd}
-        assert len(workers) == WORKERS and len(brokers) == 1, commands
+        _wait_for_line(demo.log, demo.process, "demo: generator: ", timeout=420)
+        demo.look()
+        workers, brokers = demo.pids_of("streamapp worker"), demo.pids_of("kafka.Kafka")
+        assert len(workers) == WORKERS and len(brokers) == 1, demo.commands
 
         if to_group:
-            os.killpg(demo.pid, sig)
+            os.killpg(demo.process.pid, sig)
         else:
-            demo.send_signal(sig)
+            demo.process.send_signal(sig)
         status = demo.wait(timeout=300)
 
-        survivors = {pid: commands[pid] for pid, t in children.items() if _running(pid, t)}
-        assert survivors == {}
+        assert demo.survivors() == {}
         assert status == 128 + sig
-        last = log.read_text().strip().splitlines()[-1]
-        said = re.fullmatch(
-            rf"demo: stopped on {sig.name}: {WORKERS} workers \(pids ([\d, ]+)\) and the Kafka "
-            rf"[\d.]+ broker \(pid (\d+)\); logs and data in (.+)",
-            last,
-        )
-        assert said, last
+        said = demo.stopped_line(f"on {sig.name}")
+        # The last line, with the pids of the workers and of the broker's JVM.
+        assert demo.log.read_text().strip().splitlines()[-1] == said[0]
         assert {int(p) for p in said[1].split(", ")} == workers
         assert {int(said[2])} == brokers
-        assert Path(said[3]) == data_dir
-        assert (data_dir / "kafka" / "broker.log").is_file()
+        assert (demo.data_dir / "kafka" / "broker.log").is_file()
     finally:
-        # Whatever the outcome, nothing this test started outlives it.
-        if demo.poll() is None:
-            demo.kill()
-            demo.wait()
-        for pid, started in children.items():
-            if _running(pid, started):
-                os.kill(pid, signal.SIGKILL)
+        demo.kill_all()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_demo_that_fails_stops_its_broker_and_workers(tmp_path: Path) -> None:
+    # A worker dies while the demo waits for the group to form: the demo fails on it.
+    demo = _Demo(tmp_path)
+    try:
+        _wait_for_line(demo.log, demo.process, "demo: started ", timeout=420)
+        demo.look()
+        workers, brokers = demo.pids_of("streamapp worker"), demo.pids_of("kafka.Kafka")
+        assert len(workers) == WORKERS and len(brokers) == 1, demo.commands
+        (first,) = demo.pids_of("--client-id worker-1")
+        os.kill(first, signal.SIGKILL)
+        status = demo.wait(timeout=300)
+
+        assert demo.survivors() == {}
+        assert status == 1
+        said = demo.stopped_line("after an error")
+        assert {int(p) for p in said[1].split(", ")} == workers
+        assert {int(said[2])} == brokers
+        assert "demo: failed: worker-1 exited while starting" in demo.log.read_text()
+    finally:
+        demo.kill_all()
