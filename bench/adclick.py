@@ -51,6 +51,7 @@ from examples.adclick.cluster import Worker, active_partitions, stop_all, wait_u
 from examples.adclick.events import TrafficConfig
 from examples.adclick.generator import produce
 from examples.adclick.topology import Topology
+from streamapp.testing.stop_signals import run_until_stopped
 
 
 def say(line: str) -> None:
@@ -233,9 +234,9 @@ def run_streamapp(
         workers[0].env["ADCLICK_BENCH_PROFILE"] = str(
             Path(args.profile) / "streamapp-worker-1.prof"
         )
-    for worker in workers:
-        worker.start()
-    try:
+    try:  # started inside: a stop between two starts still stops the first
+        for worker in workers:
+            worker.start()
         wait_until_assigned(workers, topology, timeout=180)
         return asyncio.run(
             measure("streamapp", bootstrap, topology, topology.attributed, args, (101, 102))
@@ -428,10 +429,10 @@ def run_scale_out(
         _protocol_worker(f"bench-worker-{i + 1}", bootstrap, topology, home, protocol)
         for i in range(3)
     ]
-    for worker in workers:
-        worker.start()
     newcomer = _protocol_worker("bench-worker-4", bootstrap, topology, home, protocol)
-    try:
+    try:  # started inside: a stop between two starts still stops the first
+        for worker in workers:
+            worker.start()
         wait_until_assigned(workers, topology, timeout=180)
         # The steady window starts once the start's own follow-up rebalances are over.
         deadline = time.monotonic() + args.scale_out_timeout
@@ -443,7 +444,7 @@ def run_scale_out(
             measure_scale_out(protocol, bootstrap, topology, workers, newcomer, args, seed=301)
         )
     finally:
-        stop_all([w for w in (*workers, newcomer) if w.process is not None])
+        stop_all([*workers, newcomer])  # the unstarted newcomer is skipped
 
 
 def scale_out_table(results: list[ScaleOutResult], args: argparse.Namespace) -> str:
@@ -566,4 +567,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    # SIGTERM stops it as Ctrl-C does: the finally blocks stop the broker and workers.
+    raise SystemExit(run_until_stopped(main))

@@ -29,6 +29,7 @@ from pathlib import Path
 from bench.rebalance import ACCEPTABLE_LAG, PARTITIONS, Run
 from streamapp.kafka import LocalKafka
 from streamapp.kafka.probe import free_port
+from streamapp.testing.stop_signals import run_until_stopped
 
 MODES = ("static", "dynamic")
 TAIL_EVENTS = 1200
@@ -98,8 +99,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="bench-kill-restart-") as tmp:
         root = Path(tmp)
         broker = LocalKafka(port=free_port(), data_dir=root / "kafka")
-        broker.start()
-        try:
+        try:  # started inside: a stop while it starts still stops it
+            broker.start()
             results = {mode: measure(mode, broker.bootstrap, root, args.keys) for mode in modes}
         finally:
             broker.stop()
@@ -114,4 +115,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    # SIGTERM stops it as Ctrl-C does: the finally blocks stop the broker and workers.
+    raise SystemExit(run_until_stopped(main))

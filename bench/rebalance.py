@@ -64,6 +64,7 @@ from bench.lib.ticker import Ticker
 from streamapp.kafka import LocalKafka
 from streamapp.kafka.probe import free_port
 from streamapp.testing.kafka_io import create_topic, produce
+from streamapp.testing.stop_signals import run_until_stopped
 from streamapp.testing.worker import WorkerProcess
 
 APP = "bench.apps.rebalance_app:app"
@@ -657,8 +658,8 @@ def main() -> int:
         root = Path(tmp) if args.log_dir is None else args.log_dir
         root.mkdir(parents=True, exist_ok=True)
         broker = LocalKafka(port=free_port(), data_dir=root / "kafka")
-        broker.start()
-        try:
+        try:  # started inside: a stop while it starts still stops it
+            broker.start()
             results = {
                 label: run_one(
                     label,
@@ -680,4 +681,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    # SIGTERM stops it as Ctrl-C does: the finally blocks stop the broker and workers.
+    raise SystemExit(run_until_stopped(main))

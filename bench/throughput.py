@@ -48,6 +48,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from streamapp.kafka import LocalKafka
 from streamapp.kafka.probe import free_port
+from streamapp.testing.stop_signals import run_until_stopped
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -449,8 +450,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="bench-throughput-") as tmp:
         root = Path(tmp)
         broker = LocalKafka(port=free_port(), data_dir=root / "kafka")
-        broker.start()
-        try:
+        try:  # started inside: a stop while it starts still stops it
+            broker.start()
             for guarantee in args.guarantee:
                 for engine in args.engine:
                     results.append(run_engine(engine, guarantee, args, broker.bootstrap, root))
@@ -465,4 +466,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    # SIGTERM stops it as Ctrl-C does: the finally blocks stop the broker and workers.
+    raise SystemExit(run_until_stopped(main))

@@ -71,8 +71,12 @@ def wait_until_assigned(workers: list[Worker], topology: Topology, timeout: floa
 
 
 def stop_all(workers: list[Worker], timeout: float = 30.0) -> None:
-    """Clean shutdown of all workers at once: each one's shutdown takes seconds."""
-    for w in workers:
+    """Clean shutdown of all workers at once: each one's shutdown takes seconds.
+
+    Workers never started are skipped: a stop can come while a list of them is being started.
+    """
+    started = [w for w in workers if w.process is not None]
+    for w in started:
         w.terminate()
-    for w in workers:
+    for w in started:
         w.stop(timeout=timeout)

@@ -14,6 +14,7 @@ import argparse
 import asyncio
 import json
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -30,6 +31,8 @@ from examples.adclick.model import DecodeError, decode_attribution
 from examples.adclick.topology import JOIN_NAME, Topology
 from streamapp.bad_records import HEADER_PREFIX
 from streamapp.joins.core import held_entries
+from streamapp.kafka import LocalKafka, broker_status
+from streamapp.testing.stop_signals import run_until_stopped, shielded, stopped_by
 
 
 def say(line: str) -> None:
@@ -285,13 +288,12 @@ def run_demo(args: argparse.Namespace) -> DemoResult:
     own_dir = args.data_dir is None
     data_dir = Path(tempfile.mkdtemp(prefix="streamapp-demo-")) if own_dir else args.data_dir
     data_dir.mkdir(parents=True, exist_ok=True)
-    broker = None
+    broker: LocalKafka | None = None
     workers: list[Worker] = []
     succeeded = False
     try:
         bootstrap = args.bootstrap
         if bootstrap is None:
-            from streamapp.kafka import LocalKafka
             from streamapp.kafka.probe import free_port
 
             broker = LocalKafka(
@@ -308,10 +310,12 @@ def run_demo(args: argparse.Namespace) -> DemoResult:
         seconds["setup"] = time.monotonic() - started
 
         t = time.monotonic()
-        workers = [
-            Worker(f"worker-{i + 1}", bootstrap, topology, data_dir / f"worker-{i + 1}").start()
-            for i in range(args.workers)
-        ]
+        for i in range(args.workers):
+            # Listed before it starts: a stop while the next one starts still stops this one.
+            workers.append(
+                Worker(f"worker-{i + 1}", bootstrap, topology, data_dir / f"worker-{i + 1}")
+            )
+            workers[-1].start()
         say(f"started {len(workers)} workers; waiting until they own all partitions")
         wait_until_assigned(workers, topology, timeout=180)
         seconds["workers_ready"] = time.monotonic() - t
@@ -365,13 +369,34 @@ def run_demo(args: argparse.Namespace) -> DemoResult:
             report=report,
         )
     finally:
+        why = sys.exc_info()[1]
+        with shielded():  # a second Ctrl-C or SIGTERM must not leave children behind
+            stopped = _stop_children(workers, broker)
+            removed = own_dir and succeeded
+            if removed:
+                shutil.rmtree(data_dir, ignore_errors=True)
+            where = (
+                f"its data dir {data_dir} removed" if removed else f"logs and data in {data_dir}"
+            )
+            stop = stopped_by(why)
+            cause = f" on {stop.name}" if stop else " after an error" if why else ""
+            say(f"stopped{cause}: {stopped}; {where}")
+
+
+def _stop_children(workers: list[Worker], broker: LocalKafka | None) -> str:
+    """Stops every worker and the broker this run started; says which, by pid."""
+    broker_state = broker_status(broker.port) if broker is not None else None
+    pids = [str(w.process.pid) for w in workers if w.process is not None]
+    try:
         stop_all(workers)
+    finally:
         if broker is not None:
             broker.stop()
-        if own_dir and succeeded:
-            shutil.rmtree(data_dir, ignore_errors=True)
-        elif not succeeded:
-            say(f"worker and broker logs kept in {data_dir}")
+    stopped = [f"{len(pids)} workers (pids {', '.join(pids)})" if pids else "no workers"]
+    if broker is not None:
+        pid = f"pid {broker_state.pid}" if broker_state else "not started"
+        stopped.append(f"the Kafka {broker.kafka_version} broker ({pid})")
+    return " and ".join(stopped)
 
 
 def print_summary(result: DemoResult) -> None:
@@ -407,8 +432,18 @@ def print_summary(result: DemoResult) -> None:
     print(result.summary_line())
 
 
+def _still_stopping(signum: int) -> None:
+    say(f"{signal.Signals(signum).name}: already stopping the workers and the broker")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    # SIGTERM and SIGHUP stop the run as Ctrl-C does: run_demo's clean-up stops what it started
+    # and says so; the exit status is then 128 + the signal's number.
+    return run_until_stopped(lambda: _run(args), on_repeat=_still_stopping)
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
         result = run_demo(args)
     except (RuntimeError, TimeoutError, OSError) as exc:
