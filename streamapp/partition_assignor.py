@@ -48,7 +48,11 @@ from assignor.metadata_codec import (
 from standby.replica_offsets import with_applied
 from standby.runtime import ReplicaRuntime
 from streamapp.faust_compat import incremental as faust_incremental
-from streamapp.faust_compat.access import assignor_url, install_assignment
+from streamapp.faust_compat.access import (
+    assignor_url,
+    install_assignment,
+    refresh_worker_metadata_now,
+)
 from streamapp.faust_compat.assignor import FaustPartitionAssignor
 from streamapp.group_scenario import (
     CheckedFacts,
@@ -62,6 +66,7 @@ from streamapp.group_scenario import (
     shares_from_result,
     with_global_tables,
 )
+from streamapp.left_out_topics import LeftOutTopics
 from streamapp.settings import RebalanceProtocol, StreamappSettings
 from tables.identity import load_or_create_client_id
 from tables.inventory import LocalStateInventory
@@ -124,6 +129,8 @@ class StreamappPartitionAssignor(FaustPartitionAssignor):
         #: Whether Faust's handlers are running for a join this worker kept its partitions
         #: through (read by `streamapp.faust_compat.incremental`).
         self.incremental_join = False
+        #: Refreshes the leader's metadata until the topics its last plan left out are known.
+        self._left_out: LeftOutTopics | None = None
 
     @property
     def name(self) -> str:
@@ -291,12 +298,18 @@ class StreamappPartitionAssignor(FaustPartitionAssignor):
 
         subscribed = {t for f in facts.values() for t in f.subscription}
         topics = {}
+        left_out: set[str] = set()
         for topic in sorted(subscribed):
             count = len(cluster.partitions_for_topic(topic) or ())
             if count:
                 topics[topic] = count
             else:
                 logger.warning("streamapp: topic %r has no partitions (yet); left out", topic)
+                left_out.add(topic)
+        # Global tables' changelogs too: a global table whose changelog is left out is read
+        # by no member. Its metadata is asked again until each is known (see left_out_topics).
+        left_out |= {t for t in global_topics if not cluster.partitions_for_topic(t)}
+        self._left_out_topics(cluster).note(left_out)
         settings = self.settings
         scenario = build_scenario(
             topics=topics,
@@ -362,6 +375,15 @@ class StreamappPartitionAssignor(FaustPartitionAssignor):
                 self.version, [], encode_assignment(MemberAssignment(generation=-1))
             )
         return out
+
+    def _left_out_topics(self, cluster: ClusterMetadata) -> LeftOutTopics:
+        if self._left_out is None:
+            app = self.app
+            self._left_out = LeftOutTopics(
+                refresh=lambda: refresh_worker_metadata_now(app),
+                known=lambda topic: bool(cluster.partitions_for_topic(topic)),
+            )
+        return self._left_out
 
     def _warn_checked(
         self,

@@ -131,6 +131,7 @@ PRIVATE_NAMES: dict[str, tuple[str, ...]] = {
         "_assignors",
         "_subscription",
         "_group_subscription",
+        "_metadata_snapshot",  # transport fix 26: read by Faust's topic_partitions, 0 = unknown
         "_maybe_do_last_autocommit",
         "_do_commit_offsets",  # coordinator: a refused old-generation commit resets nothing new
     ),

@@ -47,6 +47,13 @@ def refresh_worker_metadata(app: Any) -> None:
     thread.thread_loop.call_soon_threadsafe(client.force_metadata_update)
 
 
+async def refresh_worker_metadata_now(app: Any) -> None:
+    """Fresh cluster metadata for the app's worker consumer, awaited; on its consumer thread's
+    loop only (the leader's plan runs there). The same internals as `refresh_worker_metadata`.
+    """
+    await app.consumer._thread._consumer._client.force_metadata_update()
+
+
 def consumer_if_created(app: Any) -> Any | None:
     """The app's consumer if Faust created it, without creating one (``App._consumer``)."""
     consumer: Any = app._consumer

@@ -207,6 +207,18 @@
     one sent during a join is answered only as the join ends. Delete the first part with
     `replica_share`, the second when Faust's fetch loop commits without waiting. Test:
     tests/unit/streamapp/faust_compat/test_replica_share.py.
+
+26. A topic the consumer's metadata does not know yet has an unknown partition count, not 0
+    (``ConsumerThread.topic_partitions``). aiokafka's group coordinator lists every topic the
+    group subscribes to in its metadata snapshot, with 0 for one its metadata has no
+    partitions of (a changelog created a moment before the leader's metadata request); Faust's
+    check of a table's changelog against its source (``Table._verify_source_topic_partitions``)
+    took that for a changelog of 0 partitions and raised ``PartitionsMismatch`` on every record
+    the table was written for, and recovery set aside stores "beyond 0 partitions". A topic
+    always has at least one partition; the leader's metadata is refreshed until it knows the
+    topic (`streamapp.left_out_topics`). Delete when aiokafka leaves unknown topics out of its
+    snapshot, or Faust reads 0 as unknown. Test:
+    tests/unit/streamapp/faust_compat/test_unknown_partition_count.py.
 """
 
 from __future__ import annotations
@@ -378,6 +390,11 @@ class ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
             if len(left) == len(still):
                 raise
             await self._seek_back_assigned(left)
+
+    def topic_partitions(self, topic: str) -> int | None:
+        """The topic's partition count in the group's metadata, None if unknown (fix 26)."""
+        count = super().topic_partitions(topic)
+        return count or None
 
     def _create_worker_consumer(self, transport: Any) -> aiokafka.AIOKafkaConsumer:
         consumer = super()._create_worker_consumer(transport)

@@ -53,14 +53,30 @@ async def _produce(bootstrap: str, events: list[tuple[str, bytes]]) -> None:
 
 
 async def _changelog_ends(bootstrap: str) -> dict[int, int]:
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed")
-    await consumer.start()
+    """partition -> the changelog's end, once no transaction is open on it.
+
+    The table's view shows a write as soon as it is in the store, before its transaction
+    commits; a committed end read then (the last stable offset) stops at that transaction's
+    first record, and the commit adds its records and marker afterwards (one run read 1747,
+    and w2 replayed to 1756: 8 records written 0.7 s before their commit marker, and the
+    marker). So the end is read once the last stable offset is the log's end.
+    """
+    committed = AIOKafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed")
+    written = AIOKafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_uncommitted")
+    await committed.start()
+    await written.start()
     try:
         tps = [TopicPartition(CHANGELOG, p) for p in range(PARTITIONS)]
-        ends = await consumer.end_offsets(tps)
-        return {tp.partition: ends[tp] for tp in tps}
+        for _attempt in range(300):  # a minute at most: the app commits every 0.5 s
+            ends = await committed.end_offsets(tps)
+            log_ends = await written.end_offsets(tps)
+            if ends == log_ends:
+                return {tp.partition: ends[tp] for tp in tps}
+            await asyncio.sleep(0.2)
+        raise AssertionError(f"a transaction stays open: committed ends {ends}, log {log_ends}")
     finally:
-        await consumer.stop()
+        await committed.stop()
+        await written.stop()
 
 
 async def _lag_when_replicated(bootstrap: str) -> dict[int, int]:
