@@ -17,7 +17,8 @@ batch's changelog records, sent together (`batch_changelog`); its
 exactly_once sends, in the transaction of the record they are made for (`sends`); the offsets
 reader's metadata of topics it finds unknown (`unknown_topics`); aiokafka's producer sender's
 metadata refreshes, spaced by its retry backoff (`producer_metadata`); the share of a round of
-its fetch loop that changelog records take (`replica_share`).
+its fetch loop that changelog records take (`replica_share`) and each partition takes
+(`partition_share`).
 Every private name those rely on is listed in `PRIVATE_NAMES` below, and nowhere else in
 streamapp is one named (a unit test reads every module for them).
 
@@ -48,7 +49,7 @@ PRIVATE_NAMES: dict[str, tuple[str, ...]] = {
         "_ensure_consumer",
         "_consumer",  # access.group_coordinator
         "_highwaters",  # transport fix 2 and 13: ends by ListOffsets, on the offsets reader
-        "_fetch_records",  # transport fixes 17 and 24: positions noted, replicas' share bounded
+        "_fetch_records",  # transport fixes 17, 24, 25: positions noted, round shares bounded
         "_seek_wait",  # transport fix 7: records of a partition not active sent back
     ),
     "faust.transport.drivers.aiokafka:ConsumerRebalanceListener": (
@@ -112,7 +113,7 @@ PRIVATE_NAMES: dict[str, tuple[str, ...]] = {
     "aiokafka.consumer.fetcher:Fetcher": (
         "_fetch_max_wait_ms",  # transport fix 16: read as each fetch request is built
         "_get_actions_per_node",  # transport fix 19: builds each fetch request
-        "_records",  # transport fix 19: fetched records not handed out yet
+        "_records",  # transport fixes 19 and 25: fetched records not handed out yet
     ),
     "aiokafka.protocol.fetch:FetchRequest": (
         "_max_wait_ms",  # transport fix 19: a request's wait, lowered while records pend

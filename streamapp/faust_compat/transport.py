@@ -208,6 +208,18 @@
     `replica_share`, the second when Faust's fetch loop commits without waiting. Test:
     tests/unit/streamapp/faust_compat/test_replica_share.py.
 
+25. A gained partition's backlog does not hold up the partitions a worker kept: a round of the
+    fetch loop takes at most ``RECORDS_PER_PARTITION_PER_ROUND`` (50) records of each
+    partition (``ConsumerThread._fetch_records``; see
+    `streamapp.faust_compat.partition_share`, which says when to delete it). aiokafka handed
+    out each partition's whole fetch in one round, and the backlog of a partition just gained
+    or got back (several hundred records) went out at the agents' pace while the kept
+    partitions' records, fetched meanwhile, waited for the round's end: 0.8 to 2.8 s in
+    ``bench/rebalance.py`` (docs/rebalance-pauses.md). The round reads aiokafka's buffer one
+    partition at a time; a fetch error it holds is raised when nothing was taken yet, else
+    the next round (fix 24's replica take could raise it after stream records were taken,
+    and lose them). Tests: tests/unit/streamapp/faust_compat/test_partition_share.py,
+    test_replica_share.py.
 26. A topic the consumer's metadata does not know yet has an unknown partition count, not 0
     (``ConsumerThread.topic_partitions``). aiokafka's group coordinator lists every topic the
     group subscribes to in its metadata snapshot, with 0 for one its metadata has no
@@ -232,6 +244,7 @@ from contextvars import ContextVar
 from typing import Any, cast
 
 import aiokafka
+from aiokafka.consumer.fetcher import FetchError
 from aiokafka.errors import IllegalStateError, KafkaError
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP, Message
@@ -467,11 +480,8 @@ class ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
             self.positions_at_fetch_start = (started, positions)
         changelogs = self.app.tables.changelog_topics
         replicas = {tp for tp in active_partitions if tp.topic in changelogs}
-        if not replicas:
-            return await super()._fetch_records(
-                consumer, active_partitions, timeout=timeout, max_records=max_records
-            )
         fetch_records = super()._fetch_records
+        fetcher = consumer._fetcher
 
         async def fetch(
             tps: AbstractSet[TP], wait: float, most: int | None
@@ -481,9 +491,18 @@ class ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
             )
             return fetched
 
-        # Stream records first, then a bounded share of the changelogs' (fix 24).
+        def pending() -> list[tuple[TP, bool]]:
+            # aiokafka private (fixes 19 and 25): what the fetcher holds and the app has not
+            # taken yet, per partition, in the order it was fetched; an error or records.
+            return [
+                (TP(tp.topic, tp.partition), isinstance(held, FetchError))
+                for tp, held in fetcher._records.items()
+            ]
+
+        # Stream records first, at most a share of each partition's, then a bounded share of
+        # the changelogs' (fixes 24 and 25).
         return await replica_share.fetch_streams_first(
-            fetch, active_partitions, replicas, timeout or 0, max_records
+            fetch, pending, active_partitions, replicas, timeout or 0, max_records
         )
 
     async def seek_to_committed(self) -> Mapping[TP, int]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Set
 from pathlib import Path
-from typing import Any
 
 from faust.types import TP
 
@@ -27,6 +26,9 @@ class Buffer:
     def __init__(self) -> None:
         self.records: dict[TP, list[int]] = {}
         self.arrived = asyncio.Event()
+
+    def pending(self) -> list[tuple[TP, bool]]:
+        return [(tp, False) for tp in self.records]
 
     def fetched(self, tp: TP, count: int, start: int = 0) -> None:
         self.records.setdefault(tp, []).extend(range(start, start + count))
@@ -61,21 +63,27 @@ async def test_a_round_takes_every_stream_record_and_a_share_of_the_changelogs()
     buffer.fetched(CHANGELOG, 1_000)  # a replica catching up: one fetch of a thousand
     buffer.fetched(STREAM, 3)
     partitions = {STREAM, OTHER_STREAM, CHANGELOG}
-    first = await fetch_streams_first(buffer.fetch, partitions, {CHANGELOG}, 1.0, None)
+    first = await fetch_streams_first(
+        buffer.fetch, buffer.pending, partitions, {CHANGELOG}, 1.0, None
+    )
     assert first[STREAM] == [0, 1, 2]
     assert first[CHANGELOG] == list(range(REPLICA_RECORDS_PER_ROUND))
     # Records of a kept partition fetched meanwhile go out in the very next round, ahead of
     # the replica's remaining 900.
     buffer.fetched(OTHER_STREAM, 2)
-    second = await fetch_streams_first(buffer.fetch, partitions, {CHANGELOG}, 1.0, None)
+    second = await fetch_streams_first(
+        buffer.fetch, buffer.pending, partitions, {CHANGELOG}, 1.0, None
+    )
     assert second[OTHER_STREAM] == [0, 1]
     assert second[CHANGELOG][0] == REPLICA_RECORDS_PER_ROUND
     # Nothing is lost or repeated: the rounds hand out the replica's records in order.
     taken = first[CHANGELOG] + second[CHANGELOG]
     while CHANGELOG in buffer.records:
-        taken += (await fetch_streams_first(buffer.fetch, partitions, {CHANGELOG}, 1.0, None))[
-            CHANGELOG
-        ]
+        taken += (
+            await fetch_streams_first(
+                buffer.fetch, buffer.pending, partitions, {CHANGELOG}, 1.0, None
+            )
+        )[CHANGELOG]
     assert taken == list(range(1_000))
 
 
@@ -84,18 +92,25 @@ async def test_faust_s_max_records_bounds_a_round_in_all() -> None:
     buffer.fetched(STREAM, 30)
     buffer.fetched(CHANGELOG, 500)
     partitions = {STREAM, CHANGELOG}
-    first = await fetch_streams_first(buffer.fetch, partitions, {CHANGELOG}, 1.0, 50)
+    first = await fetch_streams_first(
+        buffer.fetch, buffer.pending, partitions, {CHANGELOG}, 1.0, 50
+    )
     assert (len(first[STREAM]), len(first[CHANGELOG])) == (30, 20)
-    second = await fetch_streams_first(buffer.fetch, partitions, {CHANGELOG}, 1.0, 50)
+    second = await fetch_streams_first(
+        buffer.fetch, buffer.pending, partitions, {CHANGELOG}, 1.0, 50
+    )
     assert list(second) == [CHANGELOG] and second[CHANGELOG][0] == 20
 
 
 async def test_with_nothing_fetched_a_round_waits_for_the_next_records() -> None:
     buffer = Buffer()
     partitions = {STREAM, CHANGELOG}
-    assert await fetch_streams_first(buffer.fetch, partitions, {CHANGELOG}, 0, None) == {}
+    assert (
+        await fetch_streams_first(buffer.fetch, buffer.pending, partitions, {CHANGELOG}, 0, None)
+        == {}
+    )
     waiting = asyncio.ensure_future(
-        fetch_streams_first(buffer.fetch, partitions, {CHANGELOG}, 1.0, None)
+        fetch_streams_first(buffer.fetch, buffer.pending, partitions, {CHANGELOG}, 1.0, None)
     )
     await asyncio.sleep(0)
     assert not waiting.done()
@@ -124,7 +139,7 @@ async def test_the_worker_s_fetch_takes_a_bounded_share_of_changelog_records(
     class Fetcher:
         _closed = False
         _subscriptions = subscription
-        _records: dict[Any, object] = {}
+        _records = buffer.records  # aiokafka's fetched records not taken yet
 
         def _get_actions_per_node(self, assignment: object) -> tuple[object, ...]:
             return ([], {}, 0.1, False, [])
