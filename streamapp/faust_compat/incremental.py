@@ -35,8 +35,10 @@ What makes the records of kept partitions survive the rebalance: the app's consu
 (``app.consumer_generation_id``, which Faust stamps on every record it fetches and against
 which its streams skip records) stays as it was through an incremental rebalance (see
 `transport.RebalanceListener`), and the flow control's ``resume`` does not empty the streams'
-queues while the flow was never suspended (`IncrementalFlowControl`). Commits still carry the
-group's generation: aiokafka's coordinator sends its own.
+queues while the flow was never suspended (`IncrementalFlowControl`) and the rebalance is not
+over. A rebalance is over when the recovery pass it asked for completes, not when an older
+pass does that a newer rebalance overtook (`IncrementalRebalance.on_recovered`). Commits still
+carry the group's generation: aiokafka's coordinator sends its own.
 
 Eager rebalances (``--rebalance-protocol eager``, and a cooperative worker while its group is
 still eager) go Faust's way, untouched, and so does a cooperative join that comes while the recovery
@@ -256,11 +258,13 @@ class IncrementalRebalance:
         # stayed paused for good: the next pass had nothing left to resume ("resumed nothing
         # new"), and a gained stream partition was never processed.
         self.held -= held
-        logger.info(
-            "streamapp: incremental rebalance done, resumed %s",
-            partitions_text(held) if held else "nothing new",
-        )
+        resumed = partitions_text(held) if held else "nothing new"
         if end and self.overtaken():
+            logger.info(
+                "streamapp: recovery of an earlier rebalance done, resumed %s; the rebalance "
+                "under way ends with its own",
+                resumed,
+            )
             # The next rebalance's handlers began after this pass was asked for (before this
             # completion, or during its seek), and its recovery signal had not been sent yet
             # (its table steps, which open and close stores, were still under way), so nothing
@@ -273,6 +277,7 @@ class IncrementalRebalance:
             # a partition it had just resumed; the cooperative demo's worker-1, which
             # processed on and never committed again after two overlapping rebalances).
             return
+        logger.info("streamapp: incremental rebalance done, resumed %s", resumed)
         if end:
             self.end()
 
