@@ -37,8 +37,8 @@ which its streams skip records) stays as it was through an incremental rebalance
 `transport.RebalanceListener`), and the flow control's ``resume`` does not empty the streams'
 queues while the flow was never suspended (`IncrementalFlowControl`) and the rebalance is not
 over. A rebalance is over when the recovery pass it asked for completes, not when an older
-pass does that a newer rebalance overtook (`IncrementalRebalance.on_recovered`). Commits still
-carry the group's generation: aiokafka's coordinator sends its own.
+pass completes that a newer rebalance's handlers overtook (`IncrementalRebalance.on_recovered`).
+Commits still carry the group's generation: aiokafka's coordinator sends its own.
 
 Eager rebalances (``--rebalance-protocol eager``, and a cooperative worker while its group is
 still eager) go Faust's way, untouched, and so does a cooperative join that comes while the recovery
@@ -229,26 +229,23 @@ class IncrementalRebalance:
         self.pass_step = self.steps
         self.pass_held = set(self.held)
 
-    def overtaken(self) -> bool:
-        """Whether the handlers of a newer rebalance have begun since the pass under way was
-        asked for: its completion is not the end of the rebalance under way."""
-        return self.steps != self.pass_step
-
     async def on_recovered(self, end: bool = True) -> None:
         """Recovery of what was gained is over (or there was nothing to recover): the gained
         stream partitions go to their committed offsets and resume; nothing else moves.
 
         ``end``: a recovery pass completed (not the handler's own call when nothing was to
-        read), and the rebalance ends here unless a newer one has begun since the pass was
-        asked for (`overtaken`)."""
+        read), and the rebalance ends here unless the handlers of a newer one have begun
+        since the pass was asked for (the pass was overtaken): its end is that one's."""
         app = self.app
         consumer = app.consumer
+        # Noted now: a newer pass asked for under the awaits below moves them on.
+        step, pass_held = self.pass_step, self.pass_held
         await app.on_rebalance_complete.send()
         held = self.held & consumer.assignment()
-        if end and self.overtaken():
+        if end and self.steps != step:
             # Only what this pass recovered: partitions the newer rebalance gained wait for
             # their own tables.
-            held &= self.pass_held
+            held &= pass_held
         if held:
             await consumer.seek_to_committed_partitions(held)
             consumer.resume_partitions(held)
@@ -259,7 +256,7 @@ class IncrementalRebalance:
         # new"), and a gained stream partition was never processed.
         self.held -= held
         resumed = partitions_text(held) if held else "nothing new"
-        if end and self.overtaken():
+        if end and self.steps != step:
             logger.info(
                 "streamapp: recovery of an earlier rebalance done, resumed %s; the rebalance "
                 "under way ends with its own",
