@@ -35,8 +35,10 @@ What makes the records of kept partitions survive the rebalance: the app's consu
 (``app.consumer_generation_id``, which Faust stamps on every record it fetches and against
 which its streams skip records) stays as it was through an incremental rebalance (see
 `transport.RebalanceListener`), and the flow control's ``resume`` does not empty the streams'
-queues while the flow was never suspended (`IncrementalFlowControl`). Commits still carry the
-group's generation: aiokafka's coordinator sends its own.
+queues while the flow was never suspended (`IncrementalFlowControl`) and the rebalance is not
+over. A rebalance is over when the recovery pass it asked for completes, not when an older
+pass completes that a newer rebalance's handlers overtook (`IncrementalRebalance.on_recovered`).
+Commits still carry the group's generation: aiokafka's coordinator sends its own.
 
 Eager rebalances (``--rebalance-protocol eager``, and a cooperative worker while its group is
 still eager) go Faust's way, untouched, and so does a cooperative join that comes while the recovery
@@ -137,9 +139,13 @@ class IncrementalRebalance:
         #: An incremental rebalance with nothing to recover ends when Faust's consumer returns
         #: from the assignment step (`on_rebalance_return`).
         self.end_on_return = False
-        #: Incremental handler steps begun: a recovery completion that sees it change under
-        #: its await belongs to an older rebalance (`on_recovered`).
+        #: Incremental handler steps begun: a recovery completion that sees it changed since
+        #: its pass was asked for belongs to an older rebalance (`on_recovered`).
         self.steps = 0
+        #: ``steps`` when recovery was last asked for a pass (`pass_requested`), and the
+        #: partitions held then: those that pass recovers.
+        self.pass_step = 0
+        self.pass_held: set[TP] = set()
 
     def _flow_control(self) -> IncrementalFlowControl | None:
         flow = self.app.flow_control
@@ -218,14 +224,28 @@ class IncrementalRebalance:
             await self.on_recovered(end=False)
             self.end_on_return = True
 
+    def pass_requested(self) -> None:
+        """Recovery was asked for a pass by the rebalance whose handlers run now."""
+        self.pass_step = self.steps
+        self.pass_held = set(self.held)
+
     async def on_recovered(self, end: bool = True) -> None:
         """Recovery of what was gained is over (or there was nothing to recover): the gained
-        stream partitions go to their committed offsets and resume; nothing else moves."""
+        stream partitions go to their committed offsets and resume; nothing else moves.
+
+        ``end``: a recovery pass completed (not the handler's own call when nothing was to
+        read), and the rebalance ends here unless the handlers of a newer one have begun
+        since the pass was asked for (the pass was overtaken): its end is that one's."""
         app = self.app
         consumer = app.consumer
-        step = self.steps
+        # Noted now: a newer pass asked for under the awaits below moves them on.
+        step, pass_held = self.pass_step, self.pass_held
         await app.on_rebalance_complete.send()
         held = self.held & consumer.assignment()
+        if end and self.steps != step:
+            # Only what this pass recovered: partitions the newer rebalance gained wait for
+            # their own tables.
+            held &= pass_held
         if held:
             await consumer.seek_to_committed_partitions(held)
             consumer.resume_partitions(held)
@@ -235,18 +255,26 @@ class IncrementalRebalance:
         # stayed paused for good: the next pass had nothing left to resume ("resumed nothing
         # new"), and a gained stream partition was never processed.
         self.held -= held
-        logger.info(
-            "streamapp: incremental rebalance done, resumed %s",
-            partitions_text(held) if held else "nothing new",
-        )
+        resumed = partitions_text(held) if held else "nothing new"
         if end and self.steps != step:
-            # The next rebalance's handlers ran during the seek, and its recovery signal had
-            # not been sent yet (its table steps were still under way), so nothing cancelled
-            # this completion: that rebalance ends when its own pass does. Ended here, the
-            # queues were no longer kept, and its pass's flow-control resume emptied those of
-            # the partitions kept flowing (a record of one was never processed: the upgrade
-            # test's w3, offset 2487 of a partition it had just resumed).
+            logger.info(
+                "streamapp: recovery of an earlier rebalance done, resumed %s; the rebalance "
+                "under way ends with its own",
+                resumed,
+            )
+            # The next rebalance's handlers began after this pass was asked for (before this
+            # completion, or during its seek), and its recovery signal had not been sent yet
+            # (its table steps, which open and close stores, were still under way), so nothing
+            # cancelled this completion: that rebalance ends when its own pass does. Ended
+            # here, the queues were no longer kept, and the next pass's flow-control resume
+            # emptied those of the partitions kept flowing: their records there were never
+            # processed, and as the position had passed them and the hand-out ledger had
+            # counted them, never fetched again either, so every later commit of their
+            # partitions stopped at the first of them (the upgrade test's w3, offset 2487 of
+            # a partition it had just resumed; the cooperative demo's worker-1, which
+            # processed on and never committed again after two overlapping rebalances).
             return
+        logger.info("streamapp: incremental rebalance done, resumed %s", resumed)
         if end:
             self.end()
 

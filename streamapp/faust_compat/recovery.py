@@ -250,6 +250,7 @@ class Recovery(FaustRecovery):
         if needed:
             self.incremental_pass = True
             self._generation_id = generation_id
+            incremental.handler(app).pass_requested()
             self.signal_recovery_start.set()
         elif isinstance(consumer := app.consumer, Consumer):
             consumer.restore_fetch_wait()  # no recovery follows (transport fix 16)

@@ -12,6 +12,7 @@ in each worker's own order, and across workers on the machine's one wall clock.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import time
@@ -23,6 +24,16 @@ from streamapp import App
 APP_ID = os.environ.get("COOP_APP_ID", "it-coop")  # the upgrade test runs its own group
 PARTITIONS = 6
 TOPIC = f"{APP_ID}-events"
+#: The overlap test's knobs (tests/integration/test_cooperative_overlap.py): each recovery pass
+#: waits this long before it starts (Faust's stream_recovery_delay), so that the next rebalance
+#: begins while it is under way; the agent takes this long over each event, so that the streams'
+#: queues hold records through the rebalances; and a rebalance's table step waits until the pass
+#: of the rebalance before it is over, as a slow store open or close makes it wait in the demo.
+RECOVERY_DELAY_S = float(os.environ.get("COOP_RECOVERY_DELAY_S", "0"))
+EVENT_DELAY_S = float(os.environ.get("COOP_EVENT_DELAY_S", "0"))
+HOLD_TABLE_STEP = os.environ.get("COOP_HOLD_TABLE_STEP") == "1"
+#: Longest hold of a table step (a pass that cannot end before the next rebalance's own steps).
+HOLD_LIMIT_S = 30.0
 
 app = App(
     APP_ID,
@@ -34,6 +45,7 @@ app = App(
     broker_rebalance_timeout=30.0,
     broker_commit_every=500,
     broker_commit_interval=1.0,
+    **({"stream_recovery_delay": RECOVERY_DELAY_S} if RECOVERY_DELAY_S else {}),
 )
 events = app.topic(
     TOPIC,
@@ -104,6 +116,27 @@ async def keep_latest(stream: Any) -> None:
     async for event in stream.events():
         latest[event.key] = int(event.value)
         _write({"ev": "rec", "p": event.message.partition, "o": event.message.offset})
+        if EVENT_DELAY_S:
+            await asyncio.sleep(EVENT_DELAY_S)
+
+
+async def _table_step_after_the_last_pass(*args: Any, **kwargs: Any) -> None:
+    """The table's rebalance step, once the recovery pass of the rebalance before is over
+    (``held``: one was under way; ``pass_over``: it ended while this step waited)."""
+    recovery = app.tables.recovery
+    if recovery.incremental_pass:
+        _write({"ev": "held"})
+        deadline = time.monotonic() + HOLD_LIMIT_S
+        while recovery.incremental_pass and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        if not recovery.incremental_pass:
+            _write({"ev": "pass_over"})
+    await _table_step(*args, **kwargs)
+
+
+_table_step = latest.on_rebalance
+if HOLD_TABLE_STEP:
+    latest.on_rebalance = _table_step_after_the_last_pass  # type: ignore[method-assign]
 
 
 @app.page("/latest/")

@@ -317,3 +317,41 @@ async def test_a_completion_the_next_rebalance_overtook_leaves_the_ending_to_tha
     assert handler.held == {gained_next}
     assert "end" not in calls and "resume_flow" not in calls
     assert app.flow_control.keep_queues  # the next pass's resume leaves the queues alone
+
+
+async def test_a_pass_the_next_rebalance_overtook_before_it_completed_ends_nothing() -> None:
+    # The next rebalance's handlers began after this pass was asked for, and the pass completed
+    # while that rebalance's table steps (opening and closing stores) were still under way,
+    # before its recovery signal could cancel the pass. Ending the rebalance there stopped
+    # keeping the queues, and the next pass's flow-control resume emptied those of the
+    # partitions kept flowing: the cooperative demo's worker-1 never committed again (its
+    # dropped records were counted as handed out, never fetched again, never acked).
+    calls: list[str] = []
+    app = _app(calls)
+    app.flow_control = incremental.IncrementalFlowControl()
+    gained_next = TP("events", 3)
+    app.consumer.assignment = lambda: {KEPT, GAINED, gained_next}
+    app.on_partitions_revoked = _Signal("revoked", calls)
+
+    async def seek(tps: set[TP]) -> None:
+        calls.append(f"seek {sorted(tps)}")
+
+    app.consumer.seek_to_committed_partitions = seek
+    handler = incremental.IncrementalRebalance(app)
+    app.tables.recovery.incremental_pass = True  # each rebalance has something to read
+    await handler.on_partitions_assigned({KEPT, GAINED}, set(), {GAINED})
+    handler.pass_requested()  # this rebalance's pass
+    assert app.flow_control.keep_queues
+    await handler.on_partitions_revoked(set())  # the next rebalance's handlers begin
+    calls.clear()
+    await handler.on_recovered()  # the first pass completes before the next one is asked for
+    assert f"resume {[GAINED]}" in calls  # what this pass recovered resumes
+    assert handler.held == set()
+    assert "end" not in calls and "resume_flow" not in calls
+    assert app.flow_control.keep_queues  # the next pass's resume leaves the queues alone
+    await handler.on_partitions_assigned({KEPT, GAINED, gained_next}, set(), {gained_next})
+    handler.pass_requested()  # the next rebalance's own pass
+    calls.clear()
+    await handler.on_recovered()
+    assert calls[:3] == ["complete", f"seek {[gained_next]}", f"resume {[gained_next]}"]
+    assert "end" in calls and not app.flow_control.keep_queues
