@@ -49,7 +49,10 @@ class Group(WorkerGroup):
         env = {
             "COOP_APP_ID": APP_ID,
             "COOP_LOG_DIR": str(self.logs),
-            "COOP_RECOVERY_DELAY_S": "2",
+            # The next rebalance must reach its table step while a pass still waits this long
+            # (else the overlap is not built and the test fails, saying so): 6 s leaves room
+            # for the rejoin (heartbeats every 1 s) on a busy machine, where 2 s left little.
+            "COOP_RECOVERY_DELAY_S": "6",
             "COOP_EVENT_DELAY_S": "0.003",
             "COOP_HOLD_TABLE_STEP": "1",
         }
