@@ -12,9 +12,13 @@ for it forever, and each commit's wait ran into its deadline.
 
 Each dropped event gives its record's channel reference back (the conductor counted one per
 channel it was put in); a record no channel holds any more leaves the set. It is not acked:
-it was not processed, and its offset is never committed past (it is fetched again from the
-committed offset, by this worker or the next owner). Delete when the hand-out tracks records
-as Faust does (as its stream takes them), or Faust's clear untracks what it drops.
+it was not processed, and its offset is never committed past. It is fetched again from the
+committed offset only where something seeks there: an eager rebalance, a restart, the next
+owner. A partition kept flowing through an incremental rebalance is never sought back, so a
+record dropped from its queue stops that partition's commits for good: such a rebalance keeps
+the queues (`streamapp.faust_compat.incremental`), and only a stop may empty them. Delete when
+the hand-out tracks records as Faust does (as its stream takes them), or Faust's clear
+untracks what it drops.
 """
 
 from __future__ import annotations
