@@ -16,6 +16,9 @@ values as the registry's call:
   goes to the registry's call itself (models pick their own serializer, bytes pass as they
   are).
 
+Faust's ``json`` codec is called without its per-call setup (`streamapp.faust_compat.json_once`,
+the same bytes and values).
+
 A registry that is not Faust's own class gets None (its methods may do otherwise): the caller
 keeps the registry's calls. Errors are the codec's own (the registry would wrap them in a
 ``KeyDecodeError`` / ``ValueDecodeError``): the callers fall back to the registry's call on
@@ -34,6 +37,8 @@ from typing import Any, Literal
 
 from faust.serializers.codecs import get_codec
 from faust.serializers.registry import Registry
+
+from streamapp.faust_compat import json_once
 
 Which = Literal["key", "value"]
 
@@ -58,7 +63,11 @@ def loader(registry: Any, which: Which, typ: Any, serializer: Any) -> Callable[[
     prepare = registry._prepare_payload
     if not name:
         return lambda data: prepare(typ, data)
-    loads = get_codec(name).loads
+    codec = get_codec(name)
+    fast = json_once.loads_for(codec, typ, prepare)
+    if fast is not None:
+        return fast
+    loads = codec.loads
     return lambda data: prepare(typ, loads(data))
 
 
@@ -75,7 +84,8 @@ def dumper(
     registry_dumps = registry.dumps_key if which == "key" else registry.dumps_value
     if not name:
         return lambda obj: registry_dumps(typ, obj, serializer=serializer)
-    dumps = get_codec(name).dumps
+    codec = get_codec(name)
+    dumps = json_once.dumps_for(codec) or codec.dumps
 
     def dump(obj: Any) -> bytes | None:
         if type(obj) in _PLAIN:

@@ -20,6 +20,7 @@ from faust.streams import _current_event
 from faust.types import TP
 
 from streamapp import App
+from streamapp.faust_compat import json_once
 from streamapp.faust_compat.encode_once import Table
 
 
@@ -57,16 +58,47 @@ def in_stream() -> Iterator[None]:
 
 @pytest.fixture
 def json_dumps() -> Iterator[list[str]]:
-    """What Faust's json codec encoded while the test runs, in order."""
+    """What Faust's json codec encoded while the test runs, in order: through the codec, or
+    through its fast path (`json_once`), not counting the probes that path is checked with."""
     encoded: list[str] = []
     real = faust_json.dumps
+    real_dumps_for, real_loads_for = json_once.dumps_for, json_once.loads_for
+    resolving = False
 
     def counting(obj: Any, *args: Any, **kwargs: Any) -> str:
         text = str(real(obj, *args, **kwargs))
-        encoded.append(text)
+        if not resolving:
+            encoded.append(text)
         return text
 
-    with mock.patch.object(faust_json, "dumps", counting):
+    def resolved(resolve: Any) -> Any:
+        def resolving_only(*args: Any) -> Any:
+            nonlocal resolving
+            resolving = True
+            try:
+                return resolve(*args)
+            finally:
+                resolving = False
+
+        return resolving_only
+
+    def counting_dumps_for(codec: Any) -> Any:
+        fast = resolved(real_dumps_for)(codec)
+        if fast is None:
+            return None
+
+        def counted(obj: Any) -> bytes:
+            data: bytes = fast(obj)
+            encoded.append(data.decode())
+            return data
+
+        return counted
+
+    with (
+        mock.patch.object(faust_json, "dumps", counting),
+        mock.patch.object(json_once, "dumps_for", counting_dumps_for),
+        mock.patch.object(json_once, "loads_for", resolved(real_loads_for)),
+    ):
         yield encoded
 
 

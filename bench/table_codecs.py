@@ -1,0 +1,73 @@
+"""What a batch agent's table pays per record to encode and decode, Faust's json codec called
+as it is and through `streamapp.faust_compat.json_once`, side by side in one process.
+
+    .venv/bin/python -m bench.table_codecs [--calls 200000] [--rounds 5]
+
+Per call, in µs (best of ``--rounds`` alternating rounds, on a busy machine the best is the
+least disturbed): a str key encoded, an int value encoded, an int value decoded with no
+declared type (the throughput app's table: ``app.Table("sums", default=int)``), and a small
+dict value both ways. "Faust's call" encodes with the codec (``codec.dumps``) and decodes with
+the registry (``Registry.loads_value``: the codec, then its check for a model); "json_once"
+is what `streamapp.faust_compat.resolved_codecs` now returns for them. Never part of the tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Callable
+from typing import Any
+
+from faust.serializers.codecs import get_codec
+from faust.serializers.registry import Registry
+
+from streamapp.faust_compat import json_once, resolved_codecs
+
+
+def per_call_us(fn: Callable[[Any], Any], arg: Any, calls: int) -> float:
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn(arg)
+    return (time.perf_counter() - start) / calls * 1e6
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--calls", type=int, default=200_000)
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+
+    codec = get_codec("json")
+    registry = Registry(key_serializer="json", value_serializer="json")
+    fast_dumps = json_once.dumps_for(codec)
+    # The table's value decoding (resolved_codecs), which now takes json_once's path.
+    fast_loads = resolved_codecs.loader(registry, "value", None, "json")
+    assert fast_dumps is not None and fast_loads is not None
+
+    def codec_loads(data: bytes) -> Any:  # Faust's registry: the codec, then the model check
+        return registry.loads_value(None, data)
+
+    small = {"clicks": 3, "campaign": "c-17"}
+    cases: list[tuple[str, Callable[[Any], Any], Callable[[Any], Any], Any]] = [
+        ("str key, encode", codec.dumps, fast_dumps, "k1234"),
+        ("int value, encode", codec.dumps, fast_dumps, 12345),
+        ("int value, decode", codec_loads, fast_loads, b"12345"),
+        ("dict value, encode", codec.dumps, fast_dumps, small),
+        ("dict value, decode", codec_loads, fast_loads, codec.dumps(small)),
+    ]
+    best: dict[tuple[str, str], float] = {}
+    for _ in range(args.rounds):
+        for name, faust_fn, fast_fn, arg in cases:
+            for side, fn in (("faust", faust_fn), ("json_once", fast_fn)):
+                us = per_call_us(fn, arg, args.calls)
+                best[(name, side)] = min(best.get((name, side), us), us)
+    print(f"per call, best of {args.rounds} alternating rounds of {args.calls:,} calls")
+    header = ("case", "Faust's call µs", "json_once µs", "ratio")
+    print(f"{header[0]:<20} {header[1]:>15} {header[2]:>13} {header[3]:>7}")
+    for name, *_ in cases:
+        before, after = best[(name, "faust")], best[(name, "json_once")]
+        print(f"{name:<20} {before:>15.2f} {after:>13.2f} {before / after:>6.1f}x")
+
+
+if __name__ == "__main__":
+    main()
