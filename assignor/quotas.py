@@ -38,12 +38,20 @@ Quota = dict[int, int]
 def previous_counts(groups: Sequence[Group], facts: TaskFacts) -> list[Quota]:
     """Per group, member -> tasks it held active (eligible members only).
 
-    A stateful task that a returning worker ran before (its claim lost on generation,
-    ``facts.other_claimants``) and has caught-up state for (`TaskFacts.caught_up`, that is
-    `rules.is_caught_up`) counts as that worker's, not its current holder's: the balance
-    then leaves the returning worker room for its own tasks (rule 6) instead of granting
-    the holder an extra that keeps one of them, which would send the returning worker a
-    task it holds no state for.
+    Two kinds of stateful task count as another member's than their current holder's,
+    when that member has caught-up state for it (`TaskFacts.caught_up`, that is
+    `rules.is_caught_up`):
+
+    - one a returning worker ran before (its claim lost on generation,
+      ``facts.other_claimants``): the balance then leaves the returning worker room for
+      its own tasks (rule 6) instead of granting the holder an extra that keeps one of
+      them, which would send the returning worker a task it holds no state for;
+    - one held back last round for the member that warmed up for it
+      (``facts.previous_warmups``, its ``owned_warmup``): the holder kept it only until
+      that member caught up (rule 7). Counted as the holder's, it would let the holder
+      keep an extra task in the follow-up (rule 5 keeps extras where they were held)
+      when the hold-back round had planned that extra for the warm member, and the
+      warmup would be wasted.
     """
     counts: list[Quota] = []
     for group in groups:
@@ -51,21 +59,33 @@ def previous_counts(groups: Sequence[Group], facts: TaskFacts) -> list[Quota]:
         held: Quota = dict(Counter(facts.previous_owner[group.index]))
         held.pop(-1, None)
         counts.append(held)
-    if facts.other_claimants:
-        position = {group.index: k for k, group in enumerate(groups)}
-        for (g, p), claimants in facts.other_claimants.items():
-            k = position.get(g)
-            owner = facts.previous_owner[g][p]
-            if k is None or owner == -1 or not groups[k].stateful:
-                continue
-            back = next((c for c in claimants if facts.caught_up(c, g, p)), -1)
-            if back == -1:
-                continue
-            held = counts[k]
-            held[owner] -= 1
-            if held[owner] == 0:
-                del held[owner]
-            held[back] = held.get(back, 0) + 1
+    if not facts.other_claimants and not any(facts.previous_warmups):
+        return counts
+    position = {group.index: k for k, group in enumerate(groups)}
+
+    def recount(g: int, p: int, candidates: Sequence[int]) -> bool:
+        """Count task (g, p) as the first caught-up candidate's; False if there is none."""
+        k = position.get(g)
+        owner = facts.previous_owner[g][p]
+        if k is None or owner == -1 or not groups[k].stateful:
+            return False
+        member = next((m for m in candidates if m != owner and facts.caught_up(m, g, p)), -1)
+        if member == -1:
+            return False
+        held = counts[k]
+        held[owner] -= 1
+        if held[owner] == 0:
+            del held[owner]
+        held[member] = held.get(member, 0) + 1
+        return True
+
+    returned = {
+        task for task, claimants in facts.other_claimants.items() if recount(*task, claimants)
+    }
+    for g, warmed in enumerate(facts.previous_warmups):
+        for p, members in warmed.items():
+            if (g, p) not in returned:  # a returning worker's own task stays its own
+                recount(g, p, members)
     return counts
 
 

@@ -15,6 +15,10 @@ the leader plans with it. Refreshes start `FIRST_DELAY_S` after the plan and bac
 per `MAX_DELAY_S`; they stop once every topic left out by the last plan is known. A topic
 deleted for good is asked about once per `MAX_DELAY_S` (``streamapp.changelog_watch`` says
 what is wrong with a changelog).
+
+The refreshes live no longer than the consumer they ask through: `LeftOutTopics.stop`, called
+as the consumer's thread stops (`StreamappPartitionAssignor.on_consumer_thread_stop`), cancels
+them and waits until they ended, before the consumer stops.
 """
 
 from __future__ import annotations
@@ -59,6 +63,26 @@ class LeftOutTopics:
         if self.waiting and (self.task is None or self.task.done()):
             # Called from the plan, on the running loop of the consumer's thread.
             self.task = asyncio.get_running_loop().create_task(self._catch_up())
+
+    async def stop(self) -> None:
+        """Cancel the refreshes under way and return once they ended; on the loop that runs them.
+
+        Left running, a refresh would ask a stopped consumer, and the task would be pending
+        when the consumer thread's loop closes. A later plan (the worker started again)
+        starts them anew.
+        """
+        self.waiting = frozenset()
+        task, self.task = self.task, None
+        if task is None or task.done():
+            return
+        task.cancel()
+        try:
+            await task
+        except asyncio.CancelledError:
+            # Ours, unless the caller is being cancelled too: then it goes on up.
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                raise
 
     async def _catch_up(self) -> None:
         delay = self.first_delay_s

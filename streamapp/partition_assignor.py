@@ -376,6 +376,12 @@ class StreamappPartitionAssignor(FaustPartitionAssignor):
             )
         return out
 
+    async def on_consumer_thread_stop(self) -> None:
+        """The worker's consumer thread is stopping: the leader's metadata refreshes, which run
+        on its loop through its consumer, end first (`LeftOutTopics.stop`)."""
+        if self._left_out is not None:
+            await self._left_out.stop()
+
     def _left_out_topics(self, cluster: ClusterMetadata) -> LeftOutTopics:
         if self._left_out is None:
             app = self.app

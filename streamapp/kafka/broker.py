@@ -117,6 +117,19 @@ def _write_state(state: BrokerState) -> None:
     (Path(state.data_dir) / _STATE_FILE).write_text(text)
 
 
+def _kill_unrecorded(process: subprocess.Popen[bytes]) -> None:
+    """Kill and reap a broker just started whose state could not be written.
+
+    The broker runs in its own session, so nothing stops it when its starter dies; only the
+    recorded pid lets ``stop`` and ``status`` find it. A failed write (an unwritable cache) or
+    an interrupt (Ctrl-C, or SIGTERM raised as an exception) before it would leave a broker
+    running that no command can find, holding its ports and its data dir's lock. It served
+    nobody yet: killed outright.
+    """
+    process.kill()
+    process.wait()
+
+
 def broker_status(port: int = DEFAULT_PORT) -> BrokerState | None:
     """The broker streamapp started on this port, if it is still running."""
     state = _read_state(port)
@@ -289,19 +302,29 @@ class LocalKafka:
         ]
         if not (self.data_dir / "log" / "meta.properties").exists():
             self._format_storage(jvm, config)
-        console = (self.data_dir / "broker.out").open("ab")
-        process = subprocess.Popen(
-            [*jvm, "kafka.Kafka", str(config)],
-            stdin=subprocess.DEVNULL,
-            stdout=console,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # outlive the command that started it
-        )
-        console.close()
-        state = BrokerState(
-            process.pid, self.port, controller_port, str(self.data_dir), self.kafka_version
-        )
-        _write_state(state)
+        with (self.data_dir / "broker.out").open("ab") as console:
+            process = subprocess.Popen(
+                [*jvm, "kafka.Kafka", str(config)],
+                stdin=subprocess.DEVNULL,
+                stdout=console,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # outlive the command that started it
+            )
+            # Until its state is written nothing but `process` knows this broker: from the very
+            # next statement on, a failed write or an interrupt kills it (`_kill_unrecorded`).
+            try:
+                _write_state(
+                    BrokerState(
+                        process.pid,
+                        self.port,
+                        controller_port,
+                        str(self.data_dir),
+                        self.kafka_version,
+                    )
+                )
+            except BaseException:
+                _kill_unrecorded(process)
+                raise
         self._wait_ready(process)
         return self.bootstrap
 

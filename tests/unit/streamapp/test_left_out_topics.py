@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from streamapp.left_out_topics import LeftOutTopics
 
 
@@ -85,3 +87,51 @@ async def test_a_failed_refresh_is_tried_again() -> None:
     assert topics.task is not None
     await topics.task
     assert calls == 3 and metadata.refreshes == 2
+
+
+async def test_stop_cancels_the_refreshes_and_waits_until_they_ended() -> None:
+    metadata = Metadata("t-changelog", learns_at=10**9)  # never learnt: refreshes forever
+    topics = left_out_topics(metadata)
+    topics.note({"t-changelog"})
+    task = topics.task
+    assert task is not None
+    while metadata.refreshes < 2:
+        await asyncio.sleep(0)
+    await topics.stop()
+    assert task.cancelled()
+    assert task not in asyncio.all_tasks()
+    assert topics.task is None and not topics.waiting
+    asked = metadata.refreshes
+    for _ in range(10):
+        await asyncio.sleep(0)
+    assert metadata.refreshes == asked  # nothing asks a stopped consumer
+
+
+async def test_stop_with_nothing_under_way_does_nothing_and_a_later_plan_starts_anew() -> None:
+    metadata = Metadata("t-changelog", learns_at=2)
+    topics = left_out_topics(metadata)
+    await topics.stop()
+    topics.note({"t-changelog"})
+    assert topics.task is not None
+    await topics.task
+    assert metadata.refreshes == 2
+    await topics.stop()  # done already: nothing to cancel
+
+
+async def test_a_caller_cancelled_while_stopping_stays_cancelled() -> None:
+    """stop() swallows the cancellation it caused, never one meant for its caller."""
+
+    async def hanging_refresh() -> None:
+        await asyncio.Event().wait()
+
+    topics = LeftOutTopics(hanging_refresh, lambda _t: False, first_delay_s=0, max_delay_s=0)
+    topics.note({"a"})
+    refreshes = topics.task
+    assert refreshes is not None
+    await asyncio.sleep(0)
+    stopping = asyncio.get_running_loop().create_task(topics.stop())
+    await asyncio.sleep(0)  # stop() now awaits the cancelled refreshes
+    stopping.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await stopping
+    assert refreshes.cancelled()

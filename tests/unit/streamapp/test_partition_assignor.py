@@ -7,6 +7,7 @@ the result is the integration tests' business (tests/integration/test_worker_reb
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from pathlib import Path
 from types import SimpleNamespace
@@ -19,6 +20,7 @@ from aiokafka.coordinator.protocol import (
     ConsumerProtocolMemberMetadata,
 )
 from faust.assignor import PartitionAssignor
+from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP
 
 from assignor.metadata_codec import (
@@ -29,6 +31,7 @@ from assignor.metadata_codec import (
     encode_assignment,
     encode_metadata,
 )
+from streamapp.faust_compat.transport import ConsumerThread
 from streamapp.group_scenario import kafka_partitions
 from streamapp.partition_assignor import PROTOCOL_NAME, StreamappPartitionAssignor
 from streamapp.settings import StreamappSettings
@@ -224,3 +227,29 @@ def test_global_tables_are_everywhere_and_not_planned(tmp_path: Path) -> None:
     for share in shares.values():
         assert share.active["sa-global-settings-changelog"] == [0, 1, 2]
     assert sorted(p for s in shares.values() for p in s.active.get("words", [])) == [0, 1]
+
+
+async def test_the_leaders_metadata_refreshes_end_before_its_consumer_stops(
+    app: faust.App, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A plan that left a topic out starts refreshes on the consumer thread's loop; stopping that
+    thread cancels them and waits until they ended, then stops the consumer (Faust's own
+    ``on_thread_stop``). Nothing is left pending on the loop, nothing asks a stopped consumer."""
+    assignor = _assignor(app)
+    assignor.strategy = "sticky"
+    topics = ["words", CHANGELOG]
+    before = asyncio.all_tasks()
+    assignor.assign(Cluster({"words": 4}), {"m-self": assignor.metadata(set(topics))})
+    (refreshes,) = asyncio.all_tasks() - before  # CHANGELOG left out: refreshes started
+    seen_at_consumer_stop: list[bool] = []
+
+    async def consumer_stops(self: faust_aiokafka.AIOKafkaConsumerThread) -> None:
+        seen_at_consumer_stop.append(refreshes.done())
+
+    monkeypatch.setattr(faust_aiokafka.AIOKafkaConsumerThread, "on_thread_stop", consumer_stops)
+    thread: ConsumerThread = object.__new__(ConsumerThread)
+    thread.app = app
+    await thread.on_thread_stop()
+    assert seen_at_consumer_stop == [True]
+    assert refreshes.cancelled()
+    assert asyncio.all_tasks() == before
