@@ -12,13 +12,25 @@ for it forever, and each commit's wait ran into its deadline.
 
 Each dropped event gives its record's channel reference back (the conductor counted one per
 channel it was put in); a record no channel holds any more leaves the set. It is not acked:
-it was not processed, and its offset is never committed past. It is fetched again from the
-committed offset only where something seeks there: an eager rebalance, a restart, the next
-owner. A partition kept flowing through an incremental rebalance is never sought back, so a
-record dropped from its queue stops that partition's commits for good: such a rebalance keeps
-the queues (`streamapp.faust_compat.incremental`), and only a stop may empty them. Delete when
-the hand-out tracks records as Faust does (as its stream takes them), or Faust's clear
-untracks what it drops.
+it was not processed, and its offset is never committed past.
+
+Where nothing else brings such a record back, it is fetched again (fix 27). A clear while the
+flow is suspended needs nothing: Faust suspends it for a stop (the next owner reads on from the
+committed offset) and for an eager revocation (its recovery seeks every partition to its
+committed offset). A clear while the flow runs on (an overtaken recovery pass resumed the flow
+in an incremental rebalance, `streamapp.faust_compat.incremental`; any future path) drops
+records of partitions the worker keeps and never seeks: each such partition goes back to the
+first record dropped, and the hand-out ledger lets the dropped records out once more and
+nothing else of the partition before them (`streamapp.hand_out`, `transport.Consumer.
+rewind_dropped`). Not covered: a record the hand-out was still taking to a queue as it was
+cleared (waiting for the producer buffer to ebb) lands after the clear, ahead of the dropped
+ones; a dropped record deleted (retention, compaction) before it is fetched again holds its
+partition's hand-out until the partition is revoked; and a record two streams of a topic took,
+one processing it and the other dropping it, is handed to both again.
+
+Delete when the hand-out tracks records as Faust does (as its stream takes them), or Faust's
+clear untracks what it drops, and its flow control no longer empties the queues of partitions
+kept flowing.
 """
 
 from __future__ import annotations
@@ -27,7 +39,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from faust.types import Message
+from faust.types import TP, Message
 
 from streamapp.faust_compat import incremental
 
@@ -44,15 +56,18 @@ def queued_messages(queues: Iterable[Any]) -> Counter[Message]:
     return held
 
 
-def untrack_dropped(consumer: Any, dropped: Counter[Message]) -> None:
+def untrack_dropped(consumer: Any, dropped: Counter[Message]) -> dict[TP, list[int]]:
     """``dropped`` left the queues unprocessed: what no channel holds any more is no longer
-    handed out (never acked)."""
+    handed out (never acked). Returns those records' offsets, by partition."""
     unacked = consumer._unacked_messages
+    untracked: dict[TP, list[int]] = {}
     for message, times in dropped.items():
         if message.acked:
             continue
         if message.decref(times) == 0:
             unacked.discard(message)
+            untracked.setdefault(message.tp, []).append(message.offset)
+    return untracked
 
 
 class UntrackingFlowControl(incremental.IncrementalFlowControl):
@@ -60,13 +75,32 @@ class UntrackingFlowControl(incremental.IncrementalFlowControl):
     it drops. ``consumer`` gives the app's consumer (created lazily, asked only when a record
     was dropped)."""
 
+    #: The flow was suspended as the ``resume`` under way began (its clear comes after the
+    #: flow is active again); None outside a resume.
+    _resuming_suspended: bool | None = None
+
     def __init__(self, *, consumer: Callable[[], Any], **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.consumer_of = consumer
 
+    def resume(self) -> None:
+        self._resuming_suspended = not self.is_active()
+        try:
+            super().resume()
+        finally:
+            self._resuming_suspended = None
+
     def clear(self) -> None:
+        suspended = self._resuming_suspended
+        if suspended is None:
+            suspended = not self.is_active()
         # mode's FlowControlEvent keeps the queues it empties in a weak set.
         dropped = queued_messages(list(self._queues))
         super().clear()
-        if dropped:
-            untrack_dropped(self.consumer_of(), dropped)
+        if not dropped:
+            return
+        consumer = self.consumer_of()
+        untracked = untrack_dropped(consumer, dropped)
+        if untracked and not suspended:
+            # Nothing seeks a partition kept flowing: its records come back only this way.
+            consumer.rewind_dropped(untracked)

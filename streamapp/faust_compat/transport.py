@@ -189,10 +189,11 @@
 23. A record the hand-out put in a stream's queue and Faust's flow control then dropped from
     it unprocessed (the queues are cleared as a worker stops and on each resume of an eager
     rebalance) stops counting as handed out at once, never acked
-    (`streamapp.faust_compat.dropped_records`, which says when to delete it). It left the
-    consumer's weak set of unacked records only once garbage-collected; the fetch loop's last
-    record, kept by ``getmany`` for ``wait_first``, never was: a worker stopped right after it
-    started waited for that record forever. Test:
+    (`streamapp.faust_compat.dropped_records`, which says when to delete it; fix 27 fetches
+    such records again where nothing else would). It left the consumer's weak set of unacked
+    records only once garbage-collected; the fetch loop's last record, kept by ``getmany`` for
+    ``wait_first``, never was: a worker stopped right after it started waited for that record
+    forever. Test:
     tests/unit/streamapp/faust_compat/test_dropped_records.py.
 
 24. The partitions a worker keeps processing are not held by its fetch loop's other work,
@@ -208,18 +209,20 @@
     `replica_share`, the second when Faust's fetch loop commits without waiting. Test:
     tests/unit/streamapp/faust_compat/test_replica_share.py.
 
-25. A gained partition's backlog does not hold up the partitions a worker kept: a round of the
-    fetch loop takes at most ``RECORDS_PER_PARTITION_PER_ROUND`` (50) records of each
-    partition (``ConsumerThread._fetch_records``; see
-    `streamapp.faust_compat.partition_share`, which says when to delete it). aiokafka handed
-    out each partition's whole fetch in one round, and the backlog of a partition just gained
-    or got back (several hundred records) went out at the agents' pace while the kept
-    partitions' records, fetched meanwhile, waited for the round's end: 0.8 to 2.8 s in
-    ``bench/rebalance.py`` (docs/rebalance-pauses.md). The round reads aiokafka's buffer one
-    partition at a time; a fetch error it holds is raised when nothing was taken yet, else
-    the next round (fix 24's replica take could raise it after stream records were taken,
-    and lose them). Tests: tests/unit/streamapp/faust_compat/test_partition_share.py,
-    test_replica_share.py.
+25. The backlogs of gained partitions do not hold up the partitions a worker kept: a round of
+    the fetch loop takes at most ``RECORDS_PER_PARTITION_PER_ROUND`` (50) records of each
+    stream partition and ``RECORDS_PER_ROUND`` (100) in all, split evenly over the partitions
+    with records, each round starting after the partition the last one ended at
+    (``ConsumerThread._fetch_records``; see `streamapp.faust_compat.partition_share`, which
+    says when to delete it). aiokafka handed out each partition's whole fetch in one round,
+    and the backlog of a partition just gained or got back (several hundred records) went out
+    at the agents' pace while the kept partitions' records, fetched meanwhile, waited for the
+    round's end: 0.8 to 2.8 s in ``bench/rebalance.py`` (docs/rebalance-pauses.md); with the
+    bound per partition only, a worker catching up on six partitions (a rolling restart's)
+    still made rounds of 300 records, 0.4 to 1.8 s. A fetch error aiokafka holds is raised by
+    a round that has taken nothing yet, before any records, else by the next round (fix 24's
+    replica take could raise it after stream records were taken, and lose them). Tests:
+    tests/unit/streamapp/faust_compat/test_partition_share.py, test_replica_share.py.
 26. A topic the consumer's metadata does not know yet has an unknown partition count, not 0
     (``ConsumerThread.topic_partitions``). aiokafka's group coordinator lists every topic the
     group subscribes to in its metadata snapshot, with 0 for one its metadata has no
@@ -231,6 +234,24 @@
     topic (`streamapp.left_out_topics`). Delete when aiokafka leaves unknown topics out of its
     snapshot, or Faust reads 0 as unknown. Test:
     tests/unit/streamapp/faust_compat/test_unknown_partition_count.py.
+
+27. Records dropped from a stream's queue unprocessed while the flow runs on are processed
+    after all (``Consumer.rewind_dropped``; see `streamapp.faust_compat.dropped_records`, which
+    says when to delete it). Fix 23 untracks them, and only a seek to the committed offset
+    fetches them again: an eager rebalance's, a restart's, the next owner's. Under the
+    cooperative protocol a partition kept through a rebalance is never sought, so a clear of
+    its queue (an overtaken recovery pass resuming the flow, before
+    `streamapp.faust_compat.incremental` kept the queues through it) lost its dropped records
+    to processing and stopped its commits at the first of them for good. Each partition the
+    worker keeps is sought back to the first record dropped as the fetch loop's next round
+    begins (fix 7's seek, which leaves a partition released meanwhile alone), with Faust's read
+    mark; the hand-out ledger (`streamapp.hand_out`) lets the dropped records out once more, in
+    offset order, and holds back every other record of the partition until they have come, so
+    nothing is handed out twice or past them (under exactly_once no transaction carries output
+    beyond the hole).
+    A clear while the flow is suspended (a stop, an eager revocation) seeks nothing. Tests:
+    tests/unit/streamapp/faust_compat/test_dropped_records.py;
+    tests/unit/streamapp/test_hand_out.py; tests/integration/test_queue_clear.py.
 """
 
 from __future__ import annotations
@@ -246,6 +267,7 @@ from typing import Any, cast
 import aiokafka
 from aiokafka.consumer.fetcher import FetchError
 from aiokafka.errors import IllegalStateError, KafkaError
+from faust.exceptions import ConsumerNotStarted
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP, Message
 from faust.types.transports import TPorTopicSet
@@ -499,8 +521,8 @@ class ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
                 for tp, held in fetcher._records.items()
             ]
 
-        # Stream records first, at most a share of each partition's, then a bounded share of
-        # the changelogs' (fixes 24 and 25).
+        # Stream records first, at most a share of each partition's and a bound in all, then a
+        # bounded share of the changelogs' (fixes 24 and 25).
         return await replica_share.fetch_streams_first(
             fetch, pending, active_partitions, replicas, timeout or 0, max_records
         )
@@ -643,6 +665,11 @@ class ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
         return {TP(tp.topic, tp.partition): offset for tp, offset in starts.items()}
 
     async def on_thread_stop(self) -> None:
+        # Tasks the assignor started on this thread's loop that use this consumer (the leader's
+        # metadata refreshes, `streamapp.left_out_topics`) end before the consumer stops.
+        stop_assignor_tasks = getattr(self.app.assignor, "on_consumer_thread_stop", None)
+        if stop_assignor_tasks is not None:
+            await stop_assignor_tasks()
         await super().on_thread_stop()
         reader, self._offsets_reader = self._offsets_reader, None
         if reader is not None and self._offsets_reader_started:
@@ -723,6 +750,9 @@ class Consumer(faust_aiokafka.Consumer):
         self._commit_lock = asyncio.Lock()
         #: Offsets a commit sent and the broker refused, to send again (fix 20).
         self._refused_commits: dict[TP, int] = {}
+        #: Kept stream partitions whose queued records were dropped unprocessed, and the first
+        #: of them: sought back there as the fetch loop's next round begins (fix 27).
+        self._dropped_seek_back: dict[TP, int] = {}
         hand_out = self.callback
         acks_enabled_for = self.app.topics.acks_enabled_for
 
@@ -854,9 +884,75 @@ class Consumer(faust_aiokafka.Consumer):
             # tracked while this held it, see fix 23).
             self._fetched_message = None
 
+    def rewind_dropped(self, dropped: Mapping[TP, Iterable[int]]) -> None:
+        """Records handed out were dropped from the streams' queues unprocessed while the flow
+        ran on (fix 27; see `streamapp.faust_compat.dropped_records`): each partition this
+        worker keeps goes back to the first of them, and the ledger hands them out once more.
+
+        Nothing else would bring them back: under the cooperative protocol a kept partition is
+        never sought, and its commits stopped at the first of them for good. Left alone: a
+        partition no longer assigned or being given up (its next owner reads on from the
+        offset committed as it was given up), a changelog, and any partition while an eager
+        rebalance's seek is pending (it takes every partition back to its committed offset).
+        """
+        if self._streams_await_seek or self.should_stop:
+            return
+        try:
+            assigned = self.assignment()
+        except ConsumerNotStarted:
+            return
+        generation = self.app.consumer_generation_id
+        acks_enabled_for = self.app.topics.acks_enabled_for
+        for tp, offsets in dropped.items():
+            offsets = sorted(offsets)
+            if (
+                not offsets
+                or tp not in assigned
+                or tp in self._giving_up
+                or not acks_enabled_for(tp.topic)
+            ):
+                continue
+            self._hand_out_ledger.rewind(tp, offsets, generation)
+            first = min(offsets[0], self._dropped_seek_back.get(tp, offsets[0]))
+            self._dropped_seek_back[tp] = first
+            logger.info(
+                "streamapp: %s[%d]: %d record(s) dropped from a stream queue unprocessed; the "
+                "partition goes back to %d to process them",
+                tp.topic,
+                tp.partition,
+                len(offsets),
+                first,
+            )
+
+    def _forget_dropped_seek_back(self, revoked: Iterable[TP]) -> None:
+        for tp in revoked:
+            self._dropped_seek_back.pop(tp, None)
+
+    async def _seek_back_to_dropped(self) -> None:
+        """The seeks `rewind_dropped` asked for, as a round of the fetch loop begins: every
+        record of the round before went through Faust's read mark already, so the mark can be
+        moved back under them (set earlier, a record of that round past the dropped ones took
+        the offsets between for a gap, acked them, and a commit passed them unprocessed)."""
+        pending = dict(self._dropped_seek_back)
+        await cast(ConsumerThread, self._thread).seek_back(pending)
+        # Forgotten only once sought (a seek cancelled on the way is asked again at the next
+        # round: the ledger holds the partition until its dropped records come), and only
+        # where no later drop moved the mark meanwhile.
+        for tp, offset in pending.items():
+            if self._dropped_seek_back.get(tp) == offset:
+                del self._dropped_seek_back[tp]
+        assigned = self.assignment()
+        for tp, offset in pending.items():
+            if tp in assigned:
+                # Faust's fetch loop drops a record below its read mark: the mark goes back as
+                # its perform_seek sets it, at the offset the next record is read from.
+                self._read_offset[tp] = offset
+
     async def _getmany(
         self, active_partitions: set[TP] | None, timeout: float
     ) -> Mapping[TP, list[Any]]:
+        if self._dropped_seek_back:
+            await self._seek_back_to_dropped()
         # Faust hands its live set of active partitions to the consumer thread, and aiokafka
         # returns every partition's buffered records when that set has emptied meanwhile (as
         # recovery pauses the actives), or records of a partition paused since. Faust's
@@ -996,6 +1092,7 @@ class Consumer(faust_aiokafka.Consumer):
         # Faust forgets revoked partitions everywhere but in the set of those set aside for a
         # full queue, whose records its getmany then hands out (fix 18).
         self._buffered_partitions.difference_update(revoked)
+        self._forget_dropped_seek_back(revoked)
         if incremental.incremental_join(self.app):
             await self._give_up(revoked)
             self._hand_out_ledger.forget(revoked)

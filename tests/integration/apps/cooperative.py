@@ -32,6 +32,11 @@ TOPIC = f"{APP_ID}-events"
 RECOVERY_DELAY_S = float(os.environ.get("COOP_RECOVERY_DELAY_S", "0"))
 EVENT_DELAY_S = float(os.environ.get("COOP_EVENT_DELAY_S", "0"))
 HOLD_TABLE_STEP = os.environ.get("COOP_HOLD_TABLE_STEP") == "1"
+#: The queue-clear test's knob (tests/integration/test_queue_clear.py): as each rebalance
+#: assigns it partitions it already had, the worker empties its streams' queues (Faust's flow
+#: control, while the flow runs on), as a path that clears a kept partition's queue would, and
+#: logs ``cleared`` with how many events the queues held.
+CLEAR_KEPT_QUEUES = os.environ.get("COOP_CLEAR_KEPT_QUEUES") == "1"
 #: Longest hold of a table step (a pass that cannot end before the next rebalance's own steps).
 HOLD_LIMIT_S = 30.0
 
@@ -105,14 +110,26 @@ async def _complete(sender: Any, **kwargs: Any) -> None:
     _write({"ev": "complete"})
 
 
+_had: set[int] = set()
+_queues: list[Any] = []
+
+
 @app.on_partitions_assigned.connect
 async def _assigned(sender: Any, assigned: Any, **kwargs: Any) -> None:
     actives = app.assignor.assigned_actives()
     _write({"ev": "assigned", "p": sorted(tp.partition for tp in actives if tp.topic == TOPIC)})
+    kept = _had & set(_events(assigned))
+    _had.clear()
+    _had.update(_events(assigned))
+    if CLEAR_KEPT_QUEUES and kept:
+        queued = sum(queue.qsize() for queue in _queues)
+        app.flow_control.clear()
+        _write({"ev": "cleared", "p": sorted(kept), "queued": queued})
 
 
 @app.agent(events)
 async def keep_latest(stream: Any) -> None:
+    _queues.append(stream.channel.queue)
     async for event in stream.events():
         latest[event.key] = int(event.value)
         _write({"ev": "rec", "p": event.message.partition, "o": event.message.offset})

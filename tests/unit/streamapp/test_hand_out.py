@@ -59,6 +59,73 @@ def test_a_record_of_an_earlier_generation_is_refused() -> None:
     assert ledger.admit(IMPRESSIONS, 10, 4, 4) is None
 
 
+def test_records_dropped_unprocessed_go_out_once_more_and_nothing_before_them() -> None:
+    # Fix 27: 541 and 542 were handed out, then dropped from their queue unprocessed (543 was
+    # handed out too, and taken by the agent as the queue was cleared).
+    ledger = HandOutLedger()
+    for offset in range(538, 544):
+        ledger.admit(IMPRESSIONS, offset, 3, 3)
+    ledger.rewind(IMPRESSIONS, [541, 542], 3)
+    assert ledger.awaiting_dropped(IMPRESSIONS)
+    # The rest of the round fetched before the seek back waits: it comes again behind them.
+    assert ledger.admit(IMPRESSIONS, 544, 3, 3) is Refusal.AWAITING_DROPPED
+    # After the seek back to 541: the dropped ones go out once, the rest in offset order.
+    assert ledger.admit(IMPRESSIONS, 541, 3, 3) is None
+    assert ledger.admit(IMPRESSIONS, 542, 3, 3) is None
+    assert not ledger.awaiting_dropped(IMPRESSIONS)
+    assert ledger.admit(IMPRESSIONS, 543, 3, 3) is Refusal.ALREADY_HANDED_OUT
+    assert ledger.admit(IMPRESSIONS, 544, 3, 3) is None
+    # Once only.
+    assert ledger.admit(IMPRESSIONS, 541, 3, 3) is Refusal.ALREADY_HANDED_OUT
+    # Other partitions never waited.
+    assert ledger.admit(CLICKS, 7, 3, 3) is None
+
+
+def test_a_drop_during_a_seek_backs_refetch_keeps_offset_order() -> None:
+    # Dropped 541-546, sought back: 541 and 542 went out again and sat in the queue when a
+    # second clear dropped them. The round fetched since that first seek goes on with 543,
+    # which must wait for 541 and 542 (the cooperative scale-out's latest-value table once kept
+    # an older value: 1041-1043 processed before 643-1040).
+    ledger = HandOutLedger()
+    for offset in range(538, 547):
+        ledger.admit(IMPRESSIONS, offset, 3, 3)
+    ledger.rewind(IMPRESSIONS, range(541, 547), 3)
+    assert [ledger.admit(IMPRESSIONS, o, 3, 3) for o in (541, 542)] == [None, None]
+    ledger.rewind(IMPRESSIONS, [541, 542], 3)
+    assert ledger.admit(IMPRESSIONS, 543, 3, 3) is Refusal.AWAITING_DROPPED
+    # The second seek back: all of them once, in offset order.
+    assert [ledger.admit(IMPRESSIONS, o, 3, 3) for o in range(541, 548)] == [None] * 7
+    assert not ledger.awaiting_dropped(IMPRESSIONS)
+
+
+def test_records_below_the_dropped_ones_stay_handed_out() -> None:
+    # The agent processed 538-540 before the clear: the seek back starts at 541, but a second
+    # drop of the same partition may start lower (a later clear); each offset once anyway.
+    ledger = HandOutLedger()
+    for offset in range(538, 542):
+        ledger.admit(IMPRESSIONS, offset, 3, 3)
+    ledger.rewind(IMPRESSIONS, [541], 3)
+    assert ledger.admit(IMPRESSIONS, 540, 3, 3) is Refusal.ALREADY_HANDED_OUT
+    assert ledger.admit(IMPRESSIONS, 541, 3, 3) is None
+
+
+def test_dropped_records_are_forgotten_with_their_partition_or_generation() -> None:
+    ledger = HandOutLedger()
+    for offset in range(10, 13):
+        ledger.admit(IMPRESSIONS, offset, 3, 3)
+        ledger.admit(CLICKS, offset, 3, 3)
+    ledger.rewind(IMPRESSIONS, [11, 12], 3)
+    ledger.rewind(CLICKS, [12], 3)
+    # Revoked: its next owner reads from the committed offset; nothing waits here any more.
+    ledger.forget([IMPRESSIONS])
+    assert not ledger.awaiting_dropped(IMPRESSIONS)
+    assert ledger.admit(IMPRESSIONS, 20, 4, 4) is None
+    # A new generation (an eager rebalance sought every partition to its committed offset).
+    assert ledger.admit(CLICKS, 10, 4, 4) is None
+    assert not ledger.awaiting_dropped(CLICKS)
+    assert ledger.admit(CLICKS, 11, 4, 4) is None
+
+
 def _consumer(generation: int) -> Any:
     consumer: Any = object.__new__(Consumer)
     consumer.app = SimpleNamespace(consumer_generation_id=generation)
@@ -184,6 +251,7 @@ async def test_records_of_a_partition_not_active_send_it_back_to_the_first_of_th
     # passed them: a standby sought to 0 resumed ~1,000 records further on.
     consumer: Any = object.__new__(Consumer)
     consumer._buffered_partitions = set()
+    consumer._dropped_seek_back = {}
     sought: list[dict[TP, int]] = []
     fetched = {
         STREAM: [SimpleNamespace(offset=7), SimpleNamespace(offset=8)],
