@@ -38,10 +38,11 @@ Damaged local state (`tables.damaged`) is set aside before Faust trips on it, an
 rebuilds it from the changelog: a store that cannot be opened, before Faust opens it at an
 assignment (`TableManager.on_rebalance`); a store whose persisted offset lies beyond its
 changelog's end, as after the topic was deleted and recreated, before Faust's consistency check
-raises ``ConsistencyError`` (`Recovery._build_offsets`); a store whose changelog's log start has
-passed the next record it needs (retention, DeleteRecords), which Faust would replay from the log
-start over state the deleted records had changed (also `Recovery._build_offsets`); a store of a
-partition the changelog no longer has.
+raises ``ConsistencyError`` (`Recovery._build_offsets`, and `Recovery._build_highwaters` for a
+standby whose changelog was recreated while the recovery ran); a store whose changelog's log
+start has passed the next record it needs (retention, DeleteRecords), which Faust would replay
+from the log start over state the deleted records had changed (also `Recovery._build_offsets`);
+a store of a partition the changelog no longer has.
 
 Where a replay ends (issue 14). Faust takes the end offset less one for a changelog's last record
 and replays until a record with that offset arrives. Under exactly_once the end offset is the last
@@ -87,7 +88,8 @@ logger = logging.getLogger(__name__)
 # the step of ``_restart_recovery`` that seeds where each partition's replay starts, run after
 # the actives' highwaters are known and before the consistency check; ``_seek_offsets``, the
 # step that seeks the partitions to replay, run right before it decides whether to replay the
-# actives and waits for the end of it.
+# actives and waits for the end of it; ``_build_highwaters``, which builds the standbys' ends
+# right before Faust's consistency check of them.
 
 #: How often a replay asks where the consumer stands in the actives' changelogs.
 POSITION_PROBE_INTERVAL_S = 0.1
@@ -479,6 +481,29 @@ class Recovery(FaustRecovery):
                 assert persisted is not None and log_start is not None
                 self._rebuild_trimmed(tp, persisted, log_start)
                 destination[tp] = log_start - 1
+
+    async def _build_highwaters(
+        self, consumer: ConsumerT, tps: set[TP], destination: Counter[TP], title: str
+    ) -> None:
+        await super()._build_highwaters(consumer, tps, destination, title)
+        if title != "standby":
+            return
+        # Faust builds the standbys' highwaters once their replay has been sought, then raises
+        # ``ConsistencyError`` (the worker crashes) for a store beyond them. `_build_offsets`
+        # set such stores aside earlier in this recovery, but a changelog deleted and created
+        # again in between (a fresh, empty topic) puts them beyond its end only now: one of
+        # the CI runs lost a worker so. The store is rebuilt here too, and its replay sought
+        # back to the new log's start (the standbys are still paused).
+        rebuilt: dict[TP, int] = {}
+        for tp in sorted(tps):
+            persisted = self.standby_offsets.get(tp)
+            if offset_beyond_end(persisted, destination.get(tp)):
+                assert persisted is not None
+                self._rebuild(tp, persisted, destination[tp])
+                self.standby_offsets[tp] = -1  # Faust's "nothing applied yet"
+                rebuilt[tp] = 0
+        if rebuilt:
+            await consumer.seek_wait(rebuilt)
 
     def _rebuild(self, tp: TP, persisted: int, highwater: int) -> None:
         table = self.tp_to_table[tp]

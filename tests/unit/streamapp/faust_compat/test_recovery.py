@@ -199,6 +199,41 @@ async def test_a_store_whose_records_were_deleted_is_rebuilt_from_the_log_start(
     assert destination[tp] == 499  # replayed from the log start, as for an empty store
 
 
+class _RecreatedChangelogConsumer:
+    """A changelog deleted and created again (empty) after the standbys' offsets were built."""
+
+    def __init__(self) -> None:
+        self.sought: list[dict[TP, int]] = []
+
+    async def highwaters(self, *tps: TP) -> dict[TP, int]:
+        return dict.fromkeys(tps, 0)  # the new topic's end: nothing in it
+
+    async def seek_wait(self, offsets: dict[TP, int]) -> None:
+        self.sought.append(dict(offsets))
+
+
+async def test_a_standby_whose_changelog_was_recreated_mid_recovery_is_rebuilt_not_crashed(
+    tmp_path: Path,
+) -> None:
+    # Faust checks the standbys against highwaters it builds after seeking them and raised
+    # ConsistencyError (the worker crashed) for a store whose changelog had been deleted and
+    # created again since their offsets were built (test_changelog_deleted, in one CI run).
+    app = _app(tmp_path)
+    recovery = app.tables.recovery
+    beyond, fine = TP("t-recovery-counts-changelog", 0), TP("t-recovery-counts-changelog", 1)
+    recovery.standby_offsets.update({beyond: 29, fine: -1})
+    rebuilt: list[TP] = []
+    recovery._rebuild = lambda tp, persisted, highwater: rebuilt.append(tp)  # type: ignore[method-assign]
+    consumer: Any = _RecreatedChangelogConsumer()
+    highwaters: Counter[TP] = Counter()
+    await recovery._build_highwaters(consumer, {beyond, fine}, highwaters, "standby")
+    assert rebuilt == [beyond]
+    assert recovery.standby_offsets[beyond] == -1  # replayed from the start, as an empty store
+    assert consumer.sought == [{beyond: 0}]
+    # Faust's check that follows (an offset above its highwater raises) finds nothing.
+    assert all(recovery.standby_offsets[tp] <= highwaters[tp] for tp in (beyond, fine))
+
+
 async def test_recovery_takes_no_record_of_a_partition_it_no_longer_has(tmp_path: Path) -> None:
     # An incremental rebalance keeps the queue (the kept standbys' records): the records of a
     # changelog partition given up were taken after it, and Faust's loop applied them with
