@@ -65,10 +65,10 @@ class StreamappSettings:
     # back at once instead of the group waiting out the old member's session timeout, and the
     # id it joins under (its client id) is already unique per worker.
     static_membership: bool = True
-    # Eager by default until the incremental handling passes the whole integration suite: with
-    # cooperative as the default, a standby promoted to active in an incremental rebalance
-    # replayed its changelog from further back than its lag (test_worker_rebalance's crash test).
-    rebalance_protocol: RebalanceProtocol = RebalanceProtocol.EAGER
+    # Cooperative by default (issue 15): a rebalance stops only the partitions that move. Safe
+    # in a group with eager members (an older streamapp, or `eager` chosen): the leader plans
+    # eagerly, and every member behaves eagerly, until every member speaks cooperative.
+    rebalance_protocol: RebalanceProtocol = RebalanceProtocol.COOPERATIVE
 
     def _as_enum(self, name: str, kind: type[StrEnum]) -> None:
         """Setting ``name`` as a member of ``kind``, given a member or its name."""

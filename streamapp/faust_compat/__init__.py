@@ -17,8 +17,8 @@ batch's changelog records, sent together (`batch_changelog`); its
 exactly_once sends, in the transaction of the record they are made for (`sends`); the offsets
 reader's metadata of topics it finds unknown (`unknown_topics`); aiokafka's producer sender's
 metadata refreshes, spaced by its retry backoff (`producer_metadata`); the share of a round of
-its fetch loop that changelog records take (`replica_share`) and each partition takes
-(`partition_share`).
+its fetch loop that changelog records take (`replica_share`) and stream records take, of each
+partition and in all (`partition_share`).
 Every private name those rely on is listed in `PRIVATE_NAMES` below, and nowhere else in
 streamapp is one named (a unit test reads every module for them).
 
@@ -72,7 +72,7 @@ PRIVATE_NAMES: dict[str, tuple[str, ...]] = {
         "_should_commit",
         "_wait_for_ack",
         "_commit_fut",  # transport fix 24: the fetch loop's commit, left to the one in flight
-        "_read_offset",  # recovery: the last record handed out per partition
+        "_read_offset",  # recovery: the last record handed out; fix 27: moved back
         "_committed_offset",  # incremental: the gained partitions' seek, as perform_seek's
         "_drain_messages",  # eager_hand_out: its per-record wait_first call is recognised
         "_acked_index",  # batch_stream: a batch acked as Consumer.ack acks one record
@@ -94,6 +94,7 @@ PRIVATE_NAMES: dict[str, tuple[str, ...]] = {
     "faust.tables.recovery:Recovery": (
         "_build_offsets",  # recovery: stores claiming more than their changelog go aside
         "_seek_offsets",  # recovery: where a replay starts being this replay's
+        "_build_highwaters",  # recovery: a standby's changelog recreated mid-recovery
         "_generation_id",  # incremental: Faust's on_rebalance, for a recovery of gains only
         "_set_recovery_ended",
     ),

@@ -38,18 +38,29 @@ class WorkerGroup:
         self.produced = 0
 
     def start_worker(
-        self, name: str, /, env: Mapping[str, str], protocol: str = "cooperative", **options: Any
+        self,
+        name: str,
+        /,
+        env: Mapping[str, str],
+        protocol: str | None = "cooperative",
+        **options: Any,
     ) -> WorkerProcess:
         """Start worker ``name`` on its data dir under ``root``, as client id ``name``
-        (``options``: WorkerProcess's own)."""
+        (``options``: WorkerProcess's own). ``protocol`` None starts it on streamapp's default
+        protocol: no option, and no ``STREAMAPP_REBALANCE_PROTOCOL`` from this process's
+        environment (an empty variable is "not given")."""
+        if protocol is None:
+            chosen: tuple[str, ...] = ()
+            env = {**env, "STREAMAPP_REBALANCE_PROTOCOL": ""}
+        else:
+            chosen = ("--rebalance-protocol", protocol)
         worker = WorkerProcess(
             self.app,
             self.bootstrap,
             self.root / name,
             "--client-id",
             name,
-            "--rebalance-protocol",
-            protocol,
+            *chosen,
             env=env,
             **options,
         )

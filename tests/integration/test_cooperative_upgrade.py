@@ -1,10 +1,12 @@
 """A rolling upgrade from eager to cooperative (KIP-429) on a real broker, while records flow.
 
 Three `streamapp worker` processes of tests/integration/apps/cooperative.py start with
-``--rebalance-protocol eager``; each is then stopped (SIGTERM) and started again on its data dir
-with ``--rebalance-protocol cooperative``, one at a time, while a producer keeps sending to every
-partition. Checked from each worker process's own log of when it starts and stops processing
-each partition, and from each worker's assignment history (``/streamapp/assignment``):
+``--rebalance-protocol eager`` (as a group of an older streamapp, eager by default, runs); each
+is then stopped (SIGTERM) and started again on its data dir with no protocol given, one at a
+time, while a producer keeps sending to every partition: the upgrade an operator makes onto a
+streamapp whose default is cooperative. Checked from each worker process's own log of when it
+starts and stops processing each partition, and from each worker's assignment history
+(``/streamapp/assignment``):
 
 - nothing is lost, and the table is exact;
 - no partition is ever processed by two worker processes at once;
@@ -49,7 +51,8 @@ class Group(WorkerGroup):
         self.starts: dict[str, int] = {}
         self._lock = threading.Lock()
 
-    def start(self, name: str, protocol: str) -> None:
+    def start(self, name: str, protocol: str | None) -> None:
+        """Start ``name`` again under ``protocol`` (None: streamapp's default)."""
         start = self.starts.get(name, 0)
         self.starts[name] = start + 1
         log_dir = self.root / "processing" / f"{name}-{start}"
@@ -147,7 +150,7 @@ def test_a_rolling_upgrade_from_eager_to_cooperative_keeps_every_record_and_one_
                 last_eager_plan = max(g for g, _ in planned)
             seen_histories.append(group.view(name)["history"])
             group.stop(name)
-            group.start(name, "cooperative")
+            group.start(name, None)  # the default: cooperative
             group.wait(f"{name} back, upgraded, with the group settled", group.settled)
 
         # Every member speaks cooperative now: the group runs it, and plans after the last

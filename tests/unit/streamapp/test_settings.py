@@ -67,7 +67,7 @@ def test_every_setting_is_an_option_a_variable_and_a_keyword(setting: object) ->
         "bad_record_policy": (["--bad-record-policy", "fail"], "dead-letter", "fail"),
         "dead_letter_topic": (["--dead-letter-topic", "t9"], "t8", "t9"),
         "static_membership": (["--no-static-membership"], "true", False),
-        "rebalance_protocol": (["--rebalance-protocol", "cooperative"], "eager", "cooperative"),
+        "rebalance_protocol": (["--rebalance-protocol", "eager"], "cooperative", "eager"),
     }
     argv, env_value, expected = samples[setting.name]
     options = options_from_args(parser.parse_args(argv))
@@ -100,14 +100,17 @@ def test_the_settings_reference_lists_every_setting_once() -> None:
         assert setting.shown_default in row[0], setting.name
 
 
-def test_the_rebalance_protocol_is_eager_unless_asked_and_refuses_others() -> None:
+def test_the_rebalance_protocol_is_cooperative_unless_asked_and_refuses_others() -> None:
     from streamapp.settings import RebalanceProtocol, SettingsError
 
-    assert resolve({}, env={}, options={}).rebalance_protocol is RebalanceProtocol.EAGER
-    chosen = resolve({"rebalance_protocol": "cooperative"}, env={}, options={})
-    assert chosen.rebalance_protocol is RebalanceProtocol.COOPERATIVE
-    from_env = resolve({}, env={"STREAMAPP_REBALANCE_PROTOCOL": "cooperative"}, options={})
-    assert from_env.rebalance_protocol is RebalanceProtocol.COOPERATIVE
+    assert resolve({}, env={}, options={}).rebalance_protocol is RebalanceProtocol.COOPERATIVE
+    # Eager stays selectable at every layer.
+    chosen = resolve({"rebalance_protocol": "eager"}, env={}, options={})
+    assert chosen.rebalance_protocol is RebalanceProtocol.EAGER
+    from_env = resolve({}, env={"STREAMAPP_REBALANCE_PROTOCOL": "eager"}, options={})
+    assert from_env.rebalance_protocol is RebalanceProtocol.EAGER
+    from_option = resolve({}, env={}, options={"rebalance_protocol": "eager"})
+    assert from_option.rebalance_protocol is RebalanceProtocol.EAGER
     with pytest.raises(SettingsError, match="STREAMAPP_REBALANCE_PROTOCOL='sticky'"):
         resolve({}, env={"STREAMAPP_REBALANCE_PROTOCOL": "sticky"}, options={})
     with pytest.raises(SettingsError, match="rebalance_protocol must be one of eager, coop"):
