@@ -12,9 +12,9 @@ restart's) took 50 of each, 300 records in 0.4 to 1.8 s.
 
 Here a round takes at most ``RECORDS_PER_PARTITION_PER_ROUND`` records of each stream
 partition and ``RECORDS_PER_ROUND`` in all, split evenly over the partitions with records
-(what one does not use goes to the others), from the partition after the one the last round
-ended at: with more partitions than the bound, each waits its turn, none is left behind for
-good. The rest stay in aiokafka's buffer for the next round, which follows at once (no fetch
+(what one does not use goes to the others), from the partition after the one the consumer's
+last round ended at (`Rotation`): with more partitions than the bound, each waits its turn,
+none is left behind for good. The rest stay in aiokafka's buffer for the next round, which follows at once (no fetch
 request is needed for them). A kept partition's records then wait for at most one bounded
 round. aiokafka moves a partition's position only over the records a round took
 (``FetchResult.getall``), so recovery's end detection (fixes 10 and 17) and the hand-out ledger
@@ -29,7 +29,8 @@ Delete when Faust hands a round's records out with a bound per partition and in 
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping, Sequence, Set
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence, Set
+from dataclasses import dataclass, field
 from typing import Any
 
 from faust.types import TP
@@ -50,11 +51,6 @@ RECORDS_PER_PARTITION_PER_ROUND = 50
 #: (docs/rebalance-pauses.md, docs/throughput.md).
 RECORDS_PER_ROUND = 100
 
-#: The partition each set of topics' last take ended at (by their topics: a round takes its
-#: streams' share and its replicas' in two takes): the next take starts after it, so that a
-#: bound in all smaller than the partitions with records leaves none of them behind for good.
-_last_taken: dict[frozenset[str], TP] = {}
-
 #: ``fetch(partitions, timeout, max_records)``: the records aiokafka has fetched for
 #: ``partitions`` (never empty: aiokafka reads an empty set as every partition), waiting up to
 #: ``timeout`` seconds for some if there are none.
@@ -63,6 +59,52 @@ Fetch = Callable[[Set[TP], float, int | None], Awaitable[Mapping[TP, list[Any]]]
 #: ``pending()``: the partitions aiokafka holds something fetched for and not taken yet, in its
 #: order, each with True where that is a fetch error rather than records.
 Pending = Callable[[], Sequence[tuple[TP, bool]]]
+
+#: ``failed(tp)``: whether aiokafka holds a fetch error for ``tp`` now, asked before each fetch
+#: of a partition.
+Failed = Callable[[TP], bool]
+
+
+class Rotation:
+    """Where one consumer's takes of each set of topics last ended (by their topics: a round
+    takes its streams' share and its replicas' in two takes). The next take of the same topics
+    starts after it, so that a bound in all smaller than the partitions with records leaves
+    none of them behind for good. Each consumer owns one: two consumers in a process (two apps,
+    or a test's) each go round their own partitions."""
+
+    def __init__(self) -> None:
+        self._ended_at: dict[frozenset[str], TP] = {}
+
+    def order(self, topics: frozenset[str], partitions: Iterable[TP]) -> list[TP]:
+        """``partitions`` sorted, from the first one after where the last take of ``topics``
+        ended, round to the ones before. Sorted, so that the rotation does not depend on
+        aiokafka's order, which puts a partition at the end each time its buffer is drained
+        and fetched again."""
+        ordered = sorted(partitions)
+        last = self._ended_at.get(topics)
+        if last is None:
+            return ordered
+        start = next((i for i, tp in enumerate(ordered) if tp > last), 0)
+        return ordered[start:] + ordered[:start]
+
+    def took(self, topics: frozenset[str], tp: TP) -> None:
+        self._ended_at[topics] = tp
+
+
+@dataclass
+class Round:
+    """One round of a consumer's fetch loop: how it reads aiokafka's buffer, its consumer's
+    rotation (kept from round to round), and the records it has taken so far."""
+
+    fetch: Fetch
+    pending: Pending
+    failed: Failed
+    rotation: Rotation
+    records: dict[TP, list[Any]] = field(default_factory=dict)
+
+    def taken(self, among: Set[TP]) -> int:
+        """Records of the partitions ``among`` the round holds."""
+        return sum(len(batch) for tp, batch in self.records.items() if tp in among)
 
 
 def count(records: Mapping[TP, list[Any]]) -> int:
@@ -77,76 +119,57 @@ def merge(into: dict[TP, list[Any]], more: Mapping[TP, list[Any]]) -> None:
 
 
 async def take_per_partition(
-    fetch: Fetch,
-    pending: Pending,
-    among: Set[TP],
-    records: dict[TP, list[Any]],
-    *,
-    per_partition: int | None,
-    most: int | None,
+    round_: Round, among: Set[TP], *, per_partition: int | None, most: int | None
 ) -> int:
-    """Adds to ``records`` (the round's so far) the records aiokafka holds for the partitions
-    ``among``: at most ``per_partition`` of each, counting what ``records`` holds of it already,
-    and at most ``most`` in all (None: no bound). A share per partition makes it a stream
-    round's take (fix 25), which also takes at most ``RECORDS_PER_ROUND`` of ``among`` in all,
-    ``records`` counted. A bound in all is split evenly over the partitions with records, what
-    one of them does not use going to the others, starting after the partition the last take
-    of the same topics ended at. Returns how many it added."""
+    """Adds to the round's records those aiokafka holds for the partitions ``among``: at most
+    ``per_partition`` of each, counting what the round holds of it already, and at most
+    ``most`` in all (None: no bound). The caller sets both: a stream take's ``most`` counts
+    ``RECORDS_PER_ROUND`` (`streamapp.faust_compat.replica_share`). A bound in all is split
+    evenly over the partitions with records, what one of them does not use going to the others,
+    starting after the partition the consumer's last take of the same topics ended at. Returns
+    how many it added."""
+    records = round_.records
     if not records:
-        await _raise_held_error(fetch, pending, among, records)
-    budget = most
-    if per_partition is not None:
-        left = RECORDS_PER_ROUND - sum(len(records.get(tp, ())) for tp in among)
-        budget = left if budget is None else min(budget, left)
-    if budget is not None and budget <= 0:
+        await _raise_held_error(round_, among)
+    if most is not None and most <= 0:
         return 0
     topics = frozenset(tp.topic for tp in among)
-    # Sorted, so that the rotation does not depend on aiokafka's order, which puts a partition
-    # at the end each time its buffer is drained and fetched again.
-    open_ = sorted(tp for tp, failed in pending() if tp in among and not failed)
-    open_ = _starting_after(open_, _last_taken.get(topics))
+    open_ = round_.rotation.order(
+        topics, (tp for tp, failed in round_.pending() if tp in among and not failed)
+    )
     added = 0
-    while open_ and (budget is None or added < budget):
+    while open_ and (most is None or added < most):
         may_hold_more: list[TP] = []
         for i, tp in enumerate(open_):
-            if (tp, True) in pending():
+            if round_.failed(tp):
                 # An error fetched since the round began is left for the next one: the fetch
                 # of its partition would raise it, and lose the records taken already.
                 continue
             room = per_partition - len(records.get(tp, ())) if per_partition is not None else None
-            if budget is not None:
+            if most is not None:
                 # What is left, evenly over the partitions this pass has not reached yet,
-                # rounded up: a budget smaller than their count still takes one of each first.
-                share = -(-(budget - added) // (len(open_) - i))
+                # rounded up: a bound smaller than their count still takes one of each first.
+                share = -(-(most - added) // (len(open_) - i))
                 room = share if room is None else min(room, share)
             if room is not None and room <= 0:
                 continue
-            fetched = await fetch({tp}, 0, room)
+            fetched = await round_.fetch({tp}, 0, room)
             merge(records, fetched)
             taken = count(fetched)
             added += taken
             if taken:
-                _last_taken[topics] = tp
+                round_.rotation.took(topics, tp)
             if room is not None and taken >= room:
                 may_hold_more.append(tp)  # a share less than what it holds: another pass
         open_ = may_hold_more
     return added
 
 
-async def _raise_held_error(
-    fetch: Fetch, pending: Pending, among: Set[TP], records: dict[TP, list[Any]]
-) -> None:
+async def _raise_held_error(round_: Round, among: Set[TP]) -> None:
     """A round that has taken nothing raises the first fetch error aiokafka holds for
     ``among`` before it takes any records (aiokafka drops the error as it raises it)."""
-    for tp, failed in pending():
+    for tp, failed in round_.pending():
         if failed and tp in among:
-            merge(records, await fetch({tp}, 0, 1))  # raises; a record if it was replaced
+            # Raises; a record if the error was replaced meanwhile.
+            merge(round_.records, await round_.fetch({tp}, 0, 1))
             return
-
-
-def _starting_after(partitions: list[TP], last: TP | None) -> list[TP]:
-    """``partitions`` (sorted) from the first one after ``last``, round to the ones before."""
-    if last is None:
-        return partitions
-    start = next((i for i, tp in enumerate(partitions) if tp > last), 0)
-    return partitions[start:] + partitions[:start]

@@ -31,8 +31,8 @@ from faust.types import TP
 
 from streamapp.faust_compat.partition_share import (
     RECORDS_PER_PARTITION_PER_ROUND,
-    Fetch,
-    Pending,
+    RECORDS_PER_ROUND,
+    Round,
     count,
     merge,
     take_per_partition,
@@ -44,59 +44,46 @@ REPLICA_RECORDS_PER_ROUND = 100
 
 
 async def fetch_streams_first(
-    fetch: Fetch,
-    pending: Pending,
-    partitions: Set[TP],
-    replicas: Set[TP],
-    timeout: float,
-    max_records: int | None,
-    replica_share: int = REPLICA_RECORDS_PER_ROUND,
-    per_partition: int = RECORDS_PER_PARTITION_PER_ROUND,
+    round_: Round, partitions: Set[TP], replicas: Set[TP], timeout: float, max_records: int | None
 ) -> dict[TP, list[Any]]:
-    """One round's records of ``partitions``: those of the stream partitions first (at most
-    ``per_partition`` of each, ``max_records`` in all, no bound in all when None), then at most
-    ``replica_share`` of the changelog partitions ``replicas``. ``pending`` says which
-    partitions aiokafka holds records for. With nothing fetched yet it waits up to ``timeout``
-    for the next fetch response, whichever partitions it brings."""
-    records: dict[TP, list[Any]] = {}
-    await _take(
-        fetch, pending, partitions, replicas, records, max_records, replica_share, per_partition
-    )
-    if records or not timeout:
-        return records
+    """One round's records of ``partitions``: those of the stream partitions first, then those
+    of the changelog partitions ``replicas``, within the bounds `_take` sets (``max_records``,
+    Faust's, bounds the round in all; None: no bound of Faust's). With nothing fetched yet it
+    waits up to ``timeout`` for the next fetch response, whichever partitions it brings."""
+    await _take(round_, partitions, replicas, max_records)
+    if round_.records or not timeout:
+        return round_.records
     # Nothing was waiting: the first record to come, then the round as above (the response
     # that brought it may hold records of several partitions).
-    merge(records, await fetch(partitions, timeout, 1))
-    if records:
-        await _take(
-            fetch, pending, partitions, replicas, records, max_records, replica_share, per_partition
-        )
-    return records
+    merge(round_.records, await round_.fetch(partitions, timeout, 1))
+    if round_.records:
+        await _take(round_, partitions, replicas, max_records)
+    return round_.records
 
 
 async def _take(
-    fetch: Fetch,
-    pending: Pending,
-    partitions: Set[TP],
-    replicas: Set[TP],
-    records: dict[TP, list[Any]],
-    max_records: int | None,
-    replica_share: int,
-    per_partition: int,
+    round_: Round, partitions: Set[TP], replicas: Set[TP], max_records: int | None
 ) -> None:
+    """The round's bounds: stream records first, at most ``RECORDS_PER_PARTITION_PER_ROUND``
+    of each partition and ``RECORDS_PER_ROUND`` in all (fix 25), then at most
+    ``REPLICA_RECORDS_PER_ROUND`` changelog records (fix 24); ``max_records`` over both. Each
+    counts what the round took already (a round that waited takes twice)."""
     # ``partitions`` is Faust's live set of active partitions: a partition paused while a
     # call waits is left out of what that call takes (the streams and replicas below are
     # taken without a wait, so their copies cannot go stale).
     streams = {tp for tp in partitions if tp not in replicas}
     replicas = {tp for tp in replicas if tp in partitions}
-    if streams:
-        left = None if max_records is None else max_records - count(records)
-        if left is None or left > 0:
-            await take_per_partition(
-                fetch, pending, streams, records, per_partition=per_partition, most=left
-            )
-    room = replica_share - sum(len(batch) for tp, batch in records.items() if tp in replicas)
+    left = None if max_records is None else max_records - count(round_.records)
+    if streams and (left is None or left > 0):
+        most = RECORDS_PER_ROUND - round_.taken(streams)
+        await take_per_partition(
+            round_,
+            streams,
+            per_partition=RECORDS_PER_PARTITION_PER_ROUND,
+            most=most if left is None else min(most, left),
+        )
+    room = REPLICA_RECORDS_PER_ROUND - round_.taken(replicas)
     if max_records is not None:
-        room = min(room, max_records - count(records))
+        room = min(room, max_records - count(round_.records))
     if replicas and room > 0:
-        await take_per_partition(fetch, pending, replicas, records, per_partition=None, most=room)
+        await take_per_partition(round_, replicas, per_partition=None, most=room)

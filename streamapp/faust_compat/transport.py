@@ -276,6 +276,7 @@ from mode.services import WaitResults
 from streamapp.faust_compat import (
     access,
     incremental,
+    partition_share,
     replica_share,
     sends,
     static_membership,
@@ -401,6 +402,9 @@ class ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
     watched_positions: frozenset[TP] = frozenset()
     #: (the fetch loop's count of the fetch, ``tp -> position``) at the latest fetch begun.
     positions_at_fetch_start: tuple[int, Mapping[TP, int]] = (-1, {})
+    #: Where this consumer's rounds of stream and replica records last ended (fix 25); made at
+    #: its first fetch.
+    _rotation: partition_share.Rotation | None = None
 
     async def seek_back(self, partitions: Mapping[TP, int]) -> None:
         """``partitions`` back to these offsets, those still assigned only (transport fix 7)."""
@@ -513,18 +517,26 @@ class ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
             )
             return fetched
 
+        # aiokafka private (fixes 19 and 25): what the fetcher holds and the app has not taken
+        # yet, per partition, in the order it was fetched; an error or records.
+        held = fetcher._records
+
         def pending() -> list[tuple[TP, bool]]:
-            # aiokafka private (fixes 19 and 25): what the fetcher holds and the app has not
-            # taken yet, per partition, in the order it was fetched; an error or records.
             return [
-                (TP(tp.topic, tp.partition), isinstance(held, FetchError))
-                for tp, held in fetcher._records.items()
+                (TP(tp.topic, tp.partition), isinstance(each, FetchError))
+                for tp, each in held.items()
             ]
 
+        def failed(tp: TP) -> bool:
+            return (tp, True) in pending()
+
+        if self._rotation is None:
+            self._rotation = partition_share.Rotation()
         # Stream records first, at most a share of each partition's and a bound in all, then a
         # bounded share of the changelogs' (fixes 24 and 25).
+        round_ = partition_share.Round(fetch, pending, failed, self._rotation)
         return await replica_share.fetch_streams_first(
-            fetch, pending, active_partitions, replicas, timeout or 0, max_records
+            round_, active_partitions, replicas, timeout or 0, max_records
         )
 
     async def seek_to_committed(self) -> Mapping[TP, int]:

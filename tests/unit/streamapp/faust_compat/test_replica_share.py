@@ -12,50 +12,11 @@ from faust.types import TP
 from streamapp import App
 from streamapp.faust_compat.replica_share import REPLICA_RECORDS_PER_ROUND, fetch_streams_first
 from streamapp.faust_compat.transport import IN_FETCH_LOOP
+from tests.unit.streamapp.faust_compat.fetch_buffer import Buffer
 
 STREAM = TP("sa-share-ticks", 0)
 OTHER_STREAM = TP("sa-share-ticks", 1)
 CHANGELOG = TP("sa-share-latest-changelog", 0)
-
-
-class Buffer:
-    """aiokafka's fetched records as its ``fetched_records`` drains them: in the order they
-    were fetched, up to ``max_records`` in all, only of the partitions asked for (all when the
-    set is empty), the position moving over what is taken."""
-
-    def __init__(self) -> None:
-        self.records: dict[TP, list[int]] = {}
-        self.arrived = asyncio.Event()
-
-    def pending(self) -> list[tuple[TP, bool]]:
-        return [(tp, False) for tp in self.records]
-
-    def fetched(self, tp: TP, count: int, start: int = 0) -> None:
-        self.records.setdefault(tp, []).extend(range(start, start + count))
-        self.arrived.set()
-
-    async def fetch(self, tps: Set[TP], timeout: float, max_records: int | None) -> dict:
-        while True:
-            drained: dict[TP, list[int]] = {}
-            left = max_records
-            for tp in list(self.records):
-                if tps and tp not in tps:
-                    continue
-                batch = self.records[tp]
-                take = list(batch) if left is None else batch[:left]
-                del batch[: len(take)]
-                if not batch:
-                    del self.records[tp]
-                if take:
-                    drained[tp] = take
-                if left is not None:
-                    left -= len(take)
-                    if left == 0:
-                        break
-            if drained or not timeout:
-                return drained
-            self.arrived.clear()
-            await self.arrived.wait()
 
 
 async def test_a_round_takes_every_stream_record_and_a_share_of_the_changelogs() -> None:
@@ -63,27 +24,21 @@ async def test_a_round_takes_every_stream_record_and_a_share_of_the_changelogs()
     buffer.fetched(CHANGELOG, 1_000)  # a replica catching up: one fetch of a thousand
     buffer.fetched(STREAM, 3)
     partitions = {STREAM, OTHER_STREAM, CHANGELOG}
-    first = await fetch_streams_first(
-        buffer.fetch, buffer.pending, partitions, {CHANGELOG}, 1.0, None
-    )
+    first = await fetch_streams_first(buffer.round(), partitions, {CHANGELOG}, 1.0, None)
     assert first[STREAM] == [0, 1, 2]
     assert first[CHANGELOG] == list(range(REPLICA_RECORDS_PER_ROUND))
     # Records of a kept partition fetched meanwhile go out in the very next round, ahead of
     # the replica's remaining 900.
     buffer.fetched(OTHER_STREAM, 2)
-    second = await fetch_streams_first(
-        buffer.fetch, buffer.pending, partitions, {CHANGELOG}, 1.0, None
-    )
+    second = await fetch_streams_first(buffer.round(), partitions, {CHANGELOG}, 1.0, None)
     assert second[OTHER_STREAM] == [0, 1]
     assert second[CHANGELOG][0] == REPLICA_RECORDS_PER_ROUND
     # Nothing is lost or repeated: the rounds hand out the replica's records in order.
     taken = first[CHANGELOG] + second[CHANGELOG]
-    while CHANGELOG in buffer.records:
-        taken += (
-            await fetch_streams_first(
-                buffer.fetch, buffer.pending, partitions, {CHANGELOG}, 1.0, None
-            )
-        )[CHANGELOG]
+    while CHANGELOG in buffer.held:
+        taken += (await fetch_streams_first(buffer.round(), partitions, {CHANGELOG}, 1.0, None))[
+            CHANGELOG
+        ]
     assert taken == list(range(1_000))
 
 
@@ -92,25 +47,18 @@ async def test_faust_s_max_records_bounds_a_round_in_all() -> None:
     buffer.fetched(STREAM, 30)
     buffer.fetched(CHANGELOG, 500)
     partitions = {STREAM, CHANGELOG}
-    first = await fetch_streams_first(
-        buffer.fetch, buffer.pending, partitions, {CHANGELOG}, 1.0, 50
-    )
+    first = await fetch_streams_first(buffer.round(), partitions, {CHANGELOG}, 1.0, 50)
     assert (len(first[STREAM]), len(first[CHANGELOG])) == (30, 20)
-    second = await fetch_streams_first(
-        buffer.fetch, buffer.pending, partitions, {CHANGELOG}, 1.0, 50
-    )
+    second = await fetch_streams_first(buffer.round(), partitions, {CHANGELOG}, 1.0, 50)
     assert list(second) == [CHANGELOG] and second[CHANGELOG][0] == 20
 
 
 async def test_with_nothing_fetched_a_round_waits_for_the_next_records() -> None:
     buffer = Buffer()
     partitions = {STREAM, CHANGELOG}
-    assert (
-        await fetch_streams_first(buffer.fetch, buffer.pending, partitions, {CHANGELOG}, 0, None)
-        == {}
-    )
+    assert await fetch_streams_first(buffer.round(), partitions, {CHANGELOG}, 0, None) == {}
     waiting = asyncio.ensure_future(
-        fetch_streams_first(buffer.fetch, buffer.pending, partitions, {CHANGELOG}, 1.0, None)
+        fetch_streams_first(buffer.round(), partitions, {CHANGELOG}, 1.0, None)
     )
     await asyncio.sleep(0)
     assert not waiting.done()
@@ -139,7 +87,7 @@ async def test_the_worker_s_fetch_takes_a_bounded_share_of_changelog_records(
     class Fetcher:
         _closed = False
         _subscriptions = subscription
-        _records = buffer.records  # aiokafka's fetched records not taken yet
+        _records = buffer.held  # aiokafka's fetched records not taken yet
 
         def _get_actions_per_node(self, assignment: object) -> tuple[object, ...]:
             return ([], {}, 0.1, False, [])
