@@ -60,8 +60,8 @@ Fetch = Callable[[Set[TP], float, int | None], Awaitable[Mapping[TP, list[Any]]]
 #: order, each with True where that is a fetch error rather than records.
 Pending = Callable[[], Sequence[tuple[TP, bool]]]
 
-#: ``failed(tp)``: whether aiokafka holds a fetch error for ``tp`` now, asked before each fetch
-#: of a partition.
+#: ``failed(tp)``: whether aiokafka holds a fetch error for ``tp`` now. Asked before each fetch
+#: of a partition, so it must not walk the whole buffer as ``pending`` does.
 Failed = Callable[[TP], bool]
 
 

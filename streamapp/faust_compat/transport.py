@@ -528,7 +528,7 @@ class ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
             ]
 
         def failed(tp: TP) -> bool:
-            return (tp, True) in pending()
+            return isinstance(held.get(aiokafka.TopicPartition(tp.topic, tp.partition)), FetchError)
 
         if self._rotation is None:
             self._rotation = partition_share.Rotation()

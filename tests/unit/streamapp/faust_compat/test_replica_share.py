@@ -4,12 +4,15 @@ bounded share of the changelogs', and the fetch loop's commit never waits (at-le
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Set
+from collections.abc import Iterator, Mapping, Set
 from pathlib import Path
 
+import pytest
+from aiokafka.consumer.fetcher import FetchError
 from faust.types import TP
 
 from streamapp import App
+from streamapp.faust_compat.partition_share import RECORDS_PER_PARTITION_PER_ROUND
 from streamapp.faust_compat.replica_share import REPLICA_RECORDS_PER_ROUND, fetch_streams_first
 from streamapp.faust_compat.transport import IN_FETCH_LOOP
 from tests.unit.streamapp.faust_compat.fetch_buffer import Buffer
@@ -69,25 +72,34 @@ async def test_with_nothing_fetched_a_round_waits_for_the_next_records() -> None
     assert records[STREAM] == [0, 1, 2, 3]
 
 
-async def test_the_worker_s_fetch_takes_a_bounded_share_of_changelog_records(
-    tmp_path: Path,
-) -> None:
-    # The consumer thread's fetch (what Faust's fetch loop calls each round) goes through the
-    # share: a table's changelog partition is a replica's, the ticks a stream's.
+class Held(Mapping[TP, object]):
+    """The buffer as aiokafka's fetcher holds it (``Fetcher._records``): an error as a
+    ``FetchError``, which is no exception."""
+
+    def __init__(self, buffer: Buffer) -> None:
+        self.buffer = buffer
+
+    def __getitem__(self, tp: TP) -> object:
+        held = self.buffer.held[tp]
+        return FetchError(error=held, backoff=0) if isinstance(held, Exception) else held
+
+    def __iter__(self) -> Iterator[TP]:
+        return iter(self.buffer.held)
+
+    def __len__(self) -> int:
+        return len(self.buffer.held)
+
+
+def fetching(buffer: Buffer) -> object:
+    """An aiokafka consumer, as the consumer thread's fetch reads it, over ``buffer``."""
     from aiokafka.consumer.subscription_state import SubscriptionState
 
-    app = App("sa-share", datadir=str(tmp_path))
-    app.Table("latest", default=int, partitions=2)
-    thread = app.consumer._thread  # type: ignore[attr-defined]
-    buffer = Buffer()
-    buffer.fetched(CHANGELOG, 1_000)
-    buffer.fetched(STREAM, 5)
     subscription = SubscriptionState()
 
     class Fetcher:
         _closed = False
         _subscriptions = subscription
-        _records = buffer.held  # aiokafka's fetched records not taken yet
+        _records = Held(buffer)  # aiokafka's fetched records not taken yet
 
         def _get_actions_per_node(self, assignment: object) -> tuple[object, ...]:
             return ([], {}, 0.1, False, [])
@@ -102,9 +114,51 @@ async def test_the_worker_s_fetch_takes_a_bounded_share_of_changelog_records(
         _subscription = subscription
         _fetcher = Fetcher()
 
-    records = await thread._fetch_records(Fetching(), {STREAM, CHANGELOG}, timeout=1.0)
+    return Fetching()
+
+
+async def test_the_worker_s_fetch_takes_a_bounded_share_of_changelog_records(
+    tmp_path: Path,
+) -> None:
+    # The consumer thread's fetch (what Faust's fetch loop calls each round) goes through the
+    # share: a table's changelog partition is a replica's, the ticks a stream's.
+    app = App("sa-share", datadir=str(tmp_path))
+    app.Table("latest", default=int, partitions=2)
+    thread = app.consumer._thread  # type: ignore[attr-defined]
+    buffer = Buffer()
+    buffer.fetched(CHANGELOG, 1_000)
+    buffer.fetched(STREAM, 5)
+    records = await thread._fetch_records(fetching(buffer), {STREAM, CHANGELOG}, timeout=1.0)
     assert records[STREAM] == [0, 1, 2, 3, 4]
     assert len(records[CHANGELOG]) == REPLICA_RECORDS_PER_ROUND
+
+
+async def test_the_worker_s_fetch_leaves_an_error_fetched_mid_round_for_the_next(
+    tmp_path: Path,
+) -> None:
+    # The consumer thread reads aiokafka's fetch errors where aiokafka keeps them: one that
+    # comes in while a round takes records is not fetched (it would be raised, and the
+    # round's records lost), and the next round raises it before it takes any.
+    app = App("sa-share-error", datadir=str(tmp_path))
+    thread = app.consumer._thread  # type: ignore[attr-defined]
+    buffer = Buffer()
+    buffer.fetched(STREAM, 1_000)
+    buffer.fetched(OTHER_STREAM, 1_000)
+    consumer = fetching(buffer)
+    real_fetch = buffer.fetch
+
+    async def fetch(tps: Set[TP], timeout: float, max_records: int | None) -> dict:
+        taken = await real_fetch(tps, timeout, max_records)
+        if OTHER_STREAM not in tps and buffer.has_error(OTHER_STREAM) is False:
+            buffer.held.pop(OTHER_STREAM, None)
+            buffer.failed(OTHER_STREAM, RuntimeError("not leader"))
+        return taken
+
+    buffer.fetch = fetch  # type: ignore[method-assign]
+    records = await thread._fetch_records(consumer, {STREAM, OTHER_STREAM}, timeout=1.0)
+    assert records == {STREAM: list(range(RECORDS_PER_PARTITION_PER_ROUND))}
+    with pytest.raises(RuntimeError, match="not leader"):
+        await thread._fetch_records(consumer, {STREAM, OTHER_STREAM}, timeout=1.0)
 
 
 async def test_the_fetch_loop_s_commit_does_not_wait_for_the_commit_in_flight(
