@@ -1,7 +1,7 @@
 """Ad-click join: streamapp (3 workers) vs Spark Structured Streaming, same topics, same data.
 
     .venv/bin/python -m bench.adclick [--events 20000] [--latency-events 3000] [--rate 300]
-        [--engines streamapp,spark] [--scale-out eager,cooperative] [--steady-s 20]
+        [--engines streamapp,spark] [--scale-out eager,cooperative] [--steady-s 20] [--keep]
 
 One run, one local broker. Each engine in turn, on the same input topics (Spark
 starts at the offsets where its phase begins) and with the same generated
@@ -23,8 +23,9 @@ attribution's latency (as above) falls in the steady-state window or the scale-o
 when its later input record was produced; the p99 of each, and their ratio, are printed (the
 issue's target: at most 2x).
 
-Prints one table and the streamapp/spark ratios, then the scale-out table. Never part of the
-tests.
+Prints one table and the streamapp/spark ratios, then the scale-out table. The run's data dir
+(the workers' data and logs, the broker's, Spark's checkpoints) is deleted at the end, unless
+``--keep``: then it stays, and its worker logs are listed. Never part of the tests.
 """
 
 from __future__ import annotations
@@ -519,6 +520,12 @@ def main(argv: list[str] | None = None) -> int:
         default=120.0,
         help="scale-out phase: seconds the group may take to settle after the join",
     )
+    parser.add_argument(
+        "--keep",
+        action="store_true",
+        help="keep the run's data dir at the end (it is deleted otherwise) and print where the "
+        "workers' logs are in it",
+    )
     args = parser.parse_args(argv)
     protocols = [] if args.scale_out == "none" else args.scale_out.split(",")
     if set(protocols) - set(PROTOCOLS):
@@ -563,7 +570,19 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if broker is not None:
             broker.stop()
-        shutil.rmtree(data_dir, ignore_errors=True)
+        if args.keep:
+            say(kept_logs(data_dir))
+        else:
+            shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def kept_logs(data_dir: Path) -> str:
+    """Where a kept run's worker logs are: each worker's log is ``<name>.log`` beside its data
+    dir (`streamapp.testing.worker`), the throughput phase's in ``data_dir``, each scale-out
+    phase's in its protocol's folder."""
+    logs = sorted(data_dir.rglob("bench-worker-*.log"))
+    listed = "".join(f"\n  {log}" for log in logs) if logs else " (no worker was started)"
+    return f"kept {data_dir}; worker logs:{listed}"
 
 
 if __name__ == "__main__":
