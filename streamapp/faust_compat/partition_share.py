@@ -14,11 +14,11 @@ Here a round takes at most ``RECORDS_PER_PARTITION_PER_ROUND`` records of each s
 partition and ``RECORDS_PER_ROUND`` in all, split evenly over the partitions with records
 (what one does not use goes to the others), from the partition after the one the consumer's
 last round ended at (`Rotation`): with more partitions than the bound, each waits its turn,
-none is left behind for good. The rest stay in aiokafka's buffer for the next round, which follows at once (no fetch
-request is needed for them). A kept partition's records then wait for at most one bounded
-round. aiokafka moves a partition's position only over the records a round took
-(``FetchResult.getall``), so recovery's end detection (fixes 10 and 17) and the hand-out ledger
-(fix 5) see what they saw before, one round later.
+none is left behind for good. The rest stay in aiokafka's buffer for the next round, which
+follows at once (no fetch request is needed for them). A kept partition's records then wait
+for at most one bounded round. aiokafka moves a partition's position only over the records a
+round took (``FetchResult.getall``), so recovery's end detection (fixes 10 and 17) and the
+hand-out ledger (fix 5) see what they saw before, one round later.
 
 A fetch error aiokafka holds for a partition is raised by a round that has taken nothing yet,
 before it takes any records, as aiokafka raises the first one it reaches; one fetched once a
