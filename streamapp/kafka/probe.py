@@ -1,4 +1,5 @@
-"""Ask a Kafka broker for its metadata over a raw socket: the readiness check of `LocalKafka`.
+"""Ask a Kafka broker for its metadata over a raw socket: the readiness check of `LocalKafka`;
+and pick a free port for a broker or worker to listen on (`free_port`).
 
 A hand-rolled Metadata v1 request keeps the check synchronous and free of client-library
 state; it only needs to learn whether the broker answers with at least one live broker.
@@ -6,8 +7,10 @@ state; it only needs to learn whether the broker answers with at least one live 
 
 from __future__ import annotations
 
+import random
 import socket
 import struct
+from pathlib import Path
 
 _METADATA_API_KEY = 3
 _METADATA_VERSION = 1
@@ -57,8 +60,49 @@ def port_in_use(host: str, port: int) -> bool:
         return False
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    """A port the OS says is free right now (the usual bind-to-0 trick)."""
+#: Where Linux says which ports it hands out as the local ports of outgoing connections.
+EPHEMERAL_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+#: The lowest port `free_port` picks: above the registered services most machines run.
+LOWEST_PICKED_PORT = 10_000
+#: Random ports `free_port` tries before it falls back to one the OS picks.
+PICK_ATTEMPTS = 50
+
+
+def ephemeral_range(file: Path = EPHEMERAL_RANGE_FILE) -> tuple[int, int] | None:
+    """The OS's ephemeral port range (low, high), None where it cannot be read."""
+    try:
+        low, high = (int(field) for field in file.read_text().split())
+    except (OSError, ValueError):
+        return None
+    return low, high
+
+
+def free_port(host: str = "127.0.0.1", *, ephemeral: tuple[int, int] | None = None) -> int:
+    """A port nobody listens on right now, for a process about to listen on it.
+
+    Not one the OS picks (bind to port 0): that is an ephemeral port, which any outgoing
+    connection on the machine may take as its local port before the process it is for binds
+    it (a JVM takes seconds to start). One CI run lost a demo's broker so, "Address already in
+    use". A port below the ephemeral range (``ephemeral``, by default the OS's) is never taken
+    that way, and picked at random two callers rarely meet. Where that range cannot be read,
+    or has no room below it, the OS picks.
+    """
+    found = ephemeral if ephemeral is not None else ephemeral_range()
+    if found is not None and found[0] - 1 > LOWEST_PICKED_PORT:
+        pick = random.SystemRandom()  # not the module's generator: a forked caller shares it
+        for _ in range(PICK_ATTEMPTS):
+            port = pick.randint(LOWEST_PICKED_PORT, found[0] - 1)
+            if _bindable(host, port):
+                return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
+
+
+def _bindable(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True

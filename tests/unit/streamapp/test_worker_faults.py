@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from faust.utils.urls import urllist
 
+from streamapp.kafka.probe import free_port
 from streamapp.worker import WorkerSetupError, check_broker_reachable
 from tables.identity import CLIENT_ID_FILE
 from tests.paths import REPO_ROOT
@@ -39,11 +40,8 @@ time.sleep(600)
 
 
 def _free_port() -> int:
-    """A loopback port nobody listens on: bound by the OS, then released."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-    return port
+    """A loopback port nobody listens on."""
+    return free_port("127.0.0.1")
 
 
 @pytest.fixture
