@@ -14,7 +14,8 @@ requests of a static member (`static_membership`); Faust's table writes, encoded
 (`eager_hand_out`); its stream's acks and current event for an agent over batches
 (`batch_stream`), a batch topic's records handed out in one call (`batch_hand_out`), and a
 batch's changelog records, sent together (`batch_changelog`); its
-exactly_once sends, in the transaction of the record they are made for (`sends`); the offsets
+exactly_once sends, in the transaction of the record they are made for (`sends`), and what
+its topics send, encoded with codecs looked up once (`send_codecs`); the offsets
 reader's metadata of topics it finds unknown (`unknown_topics`); aiokafka's producer sender's
 metadata refreshes, spaced by its retry backoff (`producer_metadata`); the share of a round of
 its fetch loop that changelog records take (`replica_share`) and stream records take, of each

@@ -14,7 +14,7 @@ registry, made at the first send.
 The bytes are the registry's: a str, number, dict, list or tuple goes to the codec the
 registry would pick (Faust's json codec without its per-call setup,
 `streamapp.faust_compat.json_once`); anything else (bytes, a model, None, a subclass of str)
-goes to the registry's own call, as before. Headers are the caller's, as Faust's
+takes Faust's whole path, as before. Headers are the caller's, as Faust's
 ``Schema.on_dumps_*_prepare_headers`` return them. Faust's own path is kept whole for a schema
 that is not Faust's own class (a subclass may encode or add headers otherwise), a schema given
 to one call (``send(schema=...)``), a registry that is not Faust's own class, and serializer
@@ -61,7 +61,8 @@ class Topic(faust.Topic):
         schema: SchemaT[Any, Any] | None = None,
         headers: OpenHeadersArg = None,
     ) -> tuple[Any, OpenHeadersArg]:
-        if key is not None and (schema is None or schema is self.schema):
+        # Anything but a plain object (bytes, a model, None) goes the registry's way anyway.
+        if type(key) in resolved_codecs.PLAIN and (schema is None or schema is self.schema):
             dump = self._dumper("key", key_serializer)
             if dump is not None:
                 return dump(key), headers
@@ -74,7 +75,7 @@ class Topic(faust.Topic):
         schema: SchemaT[Any, Any] | None = None,
         headers: OpenHeadersArg = None,
     ) -> tuple[Any, OpenHeadersArg]:
-        if schema is None or schema is self.schema:
+        if type(value) in resolved_codecs.PLAIN and (schema is None or schema is self.schema):
             dump = self._dumper("value", value_serializer)
             if dump is not None:
                 return dump(value), headers
