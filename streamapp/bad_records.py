@@ -70,7 +70,7 @@ from streamapp.changelog_records import (
     counted_already,
     skips_undecodable,
 )
-from streamapp.faust_compat import sends
+from streamapp.faust_compat import send_codecs, sends
 
 logger = logging.getLogger(__name__)
 
@@ -398,10 +398,11 @@ async def handle_record_error(
     return await handler.on_bad_record(record, message)
 
 
-class Topic(faust.Topic):
+class Topic(send_codecs.Topic):
     """Faust's topic; a record whose key or value does not decode meets the bad-record policy,
     and under exactly_once a message ``send_soon`` buffers while an agent processes a record is
     published in that record's transaction, as ``send`` is (`streamapp.faust_compat.sends`).
+    What is sent is encoded with codecs looked up once (`streamapp.faust_compat.send_codecs`).
 
     `streamapp.App` makes it the app's ``Topic`` class (a Faust setting).
     """

@@ -14,7 +14,8 @@ requests of a static member (`static_membership`); Faust's table writes, encoded
 (`eager_hand_out`); its stream's acks and current event for an agent over batches
 (`batch_stream`), a batch topic's records handed out in one call (`batch_hand_out`), and a
 batch's changelog records, sent together (`batch_changelog`); its
-exactly_once sends, in the transaction of the record they are made for (`sends`); the offsets
+exactly_once sends, in the transaction of the record they are made for (`sends`), and what
+its topics send, encoded with codecs looked up once (`send_codecs`); the offsets
 reader's metadata of topics it finds unknown (`unknown_topics`); aiokafka's producer sender's
 metadata refreshes, spaced by its retry backoff (`producer_metadata`); the share of a round of
 its fetch loop that changelog records take (`replica_share`) and stream records take, of each
@@ -31,17 +32,19 @@ our own). Set ``STREAMAPP_SKIP_FAUST_CHECK=1`` to try other versions at your own
 
 from __future__ import annotations
 
+import dis
 import importlib
-import inspect
 import os
+from collections.abc import Iterator
 from importlib import metadata
+from types import CodeType, FunctionType
 
 #: The releases every touch point was checked against (pyproject.toml pins the same).
 PINNED_VERSIONS = {"faust-streaming": "0.15.3", "aiokafka": "0.14.0"}
 
 #: ``module:Class`` -> the private names streamapp reads, writes or overrides on it (or on an
-#: instance of it). A name is found as a class attribute or as ``self.<name>`` in the source of
-#: the class or one of its bases.
+#: instance of it). A name is found as a class attribute or as ``self.<name>`` in the code of
+#: the class or one of its bases (`_has_name`).
 PRIVATE_NAMES: dict[str, tuple[str, ...]] = {
     "faust.transport.drivers.aiokafka:AIOKafkaConsumerThread": (
         "_create_worker_consumer",  # transport fix 1: our assignor, always
@@ -201,17 +204,75 @@ class FaustCompatError(ImportError):
     """The installed Faust or aiokafka is not what streamapp's touch points were written for."""
 
 
+#: Bytecode that reads, calls, sets or deletes an attribute of the object just loaded.
+_ATTRIBUTE_OPS = frozenset({"LOAD_ATTR", "LOAD_METHOD", "STORE_ATTR", "DELETE_ATTR"})
+#: Bytecode that loads a local or closure variable (``self`` in a method or in a closure);
+#: later CPythons add variants (LOAD_FAST_CHECK, LOAD_FAST_LOAD_FAST, LOAD_FAST_BORROW, ...).
+_LOAD_VARIABLE = ("LOAD_FAST", "LOAD_DEREF", "LOAD_CLOSURE", "LOAD_CLASSDEREF")
+#: Where a descriptor keeps its functions: staticmethod, classmethod, property, wraps.
+_FUNCTION_SLOTS = ("__func__", "fget", "fset", "fdel", "func", "__wrapped__")
+
+
+def _code_objects(cls: type) -> Iterator[CodeType]:
+    """The code of every function defined in ``cls`` and its bases, nested code included
+    (closures, comprehensions), functions held by descriptors too (property, classmethod,
+    mode's cached_property, which keeps them in its ``__dict__``)."""
+    for klass in cls.__mro__:
+        for value in vars(klass).values():
+            todo = [
+                code
+                for held in _held_functions(value)
+                if isinstance(code := getattr(held, "__code__", None), CodeType)
+            ]
+            while todo:
+                code = todo.pop()
+                yield code
+                todo.extend(c for c in code.co_consts if isinstance(c, CodeType))
+
+
+def _held_functions(value: object) -> list[object]:
+    """A class attribute and what it holds that may be a function."""
+    if isinstance(value, type):
+        return []  # a nested class: its code is its own
+    held = [value]
+    try:
+        held += [getattr(value, slot, None) for slot in _FUNCTION_SLOTS]
+        if not isinstance(value, FunctionType):
+            held += list(vars(value).values())
+    except Exception:  # an attribute that is no plain object (a proxy) holds no code of ours
+        pass
+    return held
+
+
 def _has_name(cls: type, name: str) -> bool:
+    """True if ``name`` is an attribute of ``cls``, or the code of ``cls`` or one of its bases
+    reads, sets or deletes ``self.<name>`` (an instance attribute, set in ``__init__`` or
+    elsewhere).
+
+    Read from the compiled code, not the source: ``inspect.getsource`` parses each class's
+    whole module again (about 1.5 s of every worker's import for these names); the bytecode
+    is already in memory, and a name only in a comment or a string does not count.
+    """
     if hasattr(cls, name):
         return True
-    for klass in cls.__mro__:
-        try:
-            source = inspect.getsource(klass)
-        except (OSError, TypeError):
+    for code in _code_objects(cls):
+        if name not in code.co_names:  # most code never names it: no need to disassemble
             continue
-        if f"self.{name} " in source or f"self.{name}:" in source or f"self.{name}=" in source:
-            return True
+        self_loaded = False  # the instruction before loaded ``self``
+        for instruction in dis.get_instructions(code):
+            if self_loaded and instruction.opname in _ATTRIBUTE_OPS and instruction.argval == name:
+                return True
+            self_loaded = _loads_self(instruction)
     return False
+
+
+def _loads_self(instruction: dis.Instruction) -> bool:
+    if not instruction.opname.startswith(_LOAD_VARIABLE):
+        return False
+    loaded = instruction.argval
+    if isinstance(loaded, tuple):  # LOAD_FAST_LOAD_FAST (3.13): the second one is on top
+        loaded = loaded[-1]
+    return bool(loaded == "self")
 
 
 def problems(names: dict[str, tuple[str, ...]], pinned: dict[str, str]) -> list[str]:

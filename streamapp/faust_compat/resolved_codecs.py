@@ -43,7 +43,7 @@ from streamapp.faust_compat import json_once
 Which = Literal["key", "value"]
 
 #: Types of objects the registry gives to the codec as they are (neither bytes nor a model).
-_PLAIN = frozenset({str, int, float, bool, dict, list, tuple})
+PLAIN = frozenset({str, int, float, bool, dict, list, tuple})
 
 
 def _serializer(registry: Registry, which: Which, typ: Any, serializer: Any) -> Any:
@@ -88,7 +88,7 @@ def dumper(
     dumps = json_once.dumps_for(codec) or codec.dumps
 
     def dump(obj: Any) -> bytes | None:
-        if type(obj) in _PLAIN:
+        if type(obj) in PLAIN:
             return dumps(obj)
         return registry_dumps(typ, obj, serializer=serializer)
 

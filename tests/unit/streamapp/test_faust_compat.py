@@ -150,3 +150,64 @@ def test_no_class_outside_the_compat_layer_overrides_a_private_faust_or_aiokafka
                 ):
                     offenders.append(f"{module_name}.{cls.__qualname__}: self.{node.attr}")
     assert sorted(set(offenders)) == [], "private Faust/aiokafka names outside the compat layer"
+
+
+class _Base:
+    def __init__(self, value: int) -> None:
+        self._set = value
+        self._annotated: int = value
+        self._called()
+        del self._deleted
+        other = _Other()
+        other._elsewhere = value  # on another object, not on self
+        # self._in_a_comment = value
+        self.note = "self._in_a_string = value"
+
+    def _called(self) -> None:
+        print([self._in_a_comprehension for _ in range(1)], lambda: self._in_a_closure)
+
+    @property
+    def shown(self) -> object:
+        return self._in_a_property
+
+
+class _Other:
+    pass
+
+
+class _Sub(_Base):
+    pass
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "_set",
+        "_annotated",
+        "_called",
+        "_deleted",
+        "_in_a_comprehension",
+        "_in_a_closure",
+        "_in_a_property",
+    ],
+)
+def test_a_name_the_code_of_a_class_or_a_base_uses_on_self_is_found(name: str) -> None:
+    assert faust_compat._has_name(_Sub, name)
+
+
+@pytest.mark.parametrize("name", ["_elsewhere", "_in_a_comment", "_in_a_string", "_gone"])
+def test_a_name_not_used_on_self_is_not_found(name: str) -> None:
+    # Only code counts: not another object's attribute, a comment or a string.
+    assert not faust_compat._has_name(_Sub, name)
+
+
+def test_the_check_reads_no_source(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every worker imports this check: it reads the compiled code in memory, not the source
+    files (inspect.getsource parsed each class's module again, most of streamapp's import)."""
+
+    def no_source(obj: object) -> str:
+        raise OSError("the check must not read source files")
+
+    monkeypatch.setattr(inspect, "getsource", no_source)
+    monkeypatch.setattr(inspect, "getsourcelines", no_source)
+    assert faust_compat.problems(faust_compat.PRIVATE_NAMES, faust_compat.PINNED_VERSIONS) == []
