@@ -4,6 +4,7 @@ disk, no broker; see `streamapp.faust_compat.store_revoke`)."""
 from __future__ import annotations
 
 import gc
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -61,16 +62,55 @@ def test_a_rebalance_that_revokes_nothing_collects_nothing(
     assert set(table.data._dbs) == {1}
 
 
-def test_a_revoked_store_is_closed_at_once_and_opens_again(
+async def test_the_rebalance_step_closes_revoked_stores_off_the_event_loop(
     table: Any, collections: list[int]
 ) -> None:
     _write(table, 1, offset=5)
     _write(table, 2, offset=9)
-    table.data.revoke_partitions(table, {_changelog(table, 2)})
+    closed_on: list[str] = []
+
+    class Handle:
+        def __init__(self, db: Any) -> None:
+            self.db = db
+
+        def close(self) -> None:
+            closed_on.append(threading.current_thread().name)
+            self.db.close()
+
+    table.data._dbs[2] = Handle(table.data._dbs[2])
+    await table.data.on_rebalance({_changelog(table, 1)}, {_changelog(table, 2)}, set())
+    assert closed_on and closed_on[0] != threading.current_thread().name
     assert collections == []
     assert set(table.data._dbs) == {1}
+    assert store_revoke.closing(table.data) == {}
     # Opened again (a standby of it, or the partition given back): its lock was released.
     assert table.data.persisted_offset(_changelog(table, 2)) == 9
+    assert collections == []
+
+
+def test_an_open_during_the_close_of_its_store_waits_for_it(
+    table: Any, collections: list[int]
+) -> None:
+    _write(table, 2, offset=9)
+    gate = threading.Event()
+    store_revoke._closer.submit(gate.wait)  # holds the closer: the close below waits
+    try:
+        table.data.revoke_partitions(table, {_changelog(table, 2)})
+        assert 2 in store_revoke.closing(table.data)
+        opening = threading.Event()
+        opened: list[int | None] = []
+
+        def reopen() -> None:
+            opening.set()
+            opened.append(table.data.persisted_offset(_changelog(table, 2)))
+
+        reader = threading.Thread(target=reopen)
+        reader.start()
+        opening.wait()
+    finally:
+        gate.set()
+    reader.join()
+    assert opened == [9]
     assert collections == []
 
 
@@ -78,9 +118,12 @@ def test_a_handle_a_cycle_keeps_alive_is_collected_when_its_store_opens_again(
     table: Any, collections: list[int]
 ) -> None:
     _write(table, 2, offset=9)
-    cycle: list[Any] = [table.data._dbs[2]]
+    # An iterator keeps its database open (and locked) after the handle's close.
+    items = iter(table.data._dbs[2].items())
+    next(items)
+    cycle: list[Any] = [items]
     cycle.append(cycle)
-    del cycle  # only the collector can free the handle now
+    del cycle, items  # only the collector can free the iterator now
     table.data.revoke_partitions(table, {_changelog(table, 2)})
     assert collections == []
     assert table.data.persisted_offset(_changelog(table, 2)) == 9
