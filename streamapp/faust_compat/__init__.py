@@ -18,8 +18,8 @@ exactly_once sends, in the transaction of the record they are made for (`sends`)
 reader's metadata of topics it finds unknown (`unknown_topics`); aiokafka's producer sender's
 metadata refreshes, spaced by its retry backoff (`producer_metadata`); the share of a round of
 its fetch loop that changelog records take (`replica_share`) and stream records take, of each
-partition and in all (`partition_share`); its RocksDB store's revocation, without a full
-garbage collection at every rebalance (`store_revoke`).
+partition and in all (`partition_share`); its RocksDB store's revocation, closing stores off
+the event loop and without a full garbage collection at every rebalance (`store_revoke`).
 Every private name those rely on is listed in `PRIVATE_NAMES` below, and nowhere else in
 streamapp is one named (a unit test reads every module for them).
 

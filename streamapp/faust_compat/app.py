@@ -23,8 +23,9 @@ from streamapp.faust_compat.transport import Transport
 
 class FaustApp(faust.App):
     def __init__(self, id: str, **options: Any) -> None:
-        # Before any table creates its store: a revocation collects no garbage (see
-        # `store_revoke`), which stopped every partition kept through each rebalance.
+        # Before any table creates its store: revoked stores are closed off the event loop,
+        # with no garbage collection (`store_revoke`). Faust's revocation stopped every
+        # partition a worker kept, at each rebalance.
         store_revoke.install()
         super().__init__(id, **options)
 
