@@ -19,7 +19,8 @@ its topics send, encoded with codecs looked up once (`send_codecs`); the offsets
 reader's metadata of topics it finds unknown (`unknown_topics`); aiokafka's producer sender's
 metadata refreshes, spaced by its retry backoff (`producer_metadata`); the share of a round of
 its fetch loop that changelog records take (`replica_share`) and stream records take, of each
-partition and in all (`partition_share`).
+partition and in all (`partition_share`); its RocksDB store's revocation, closing stores off
+the event loop and without a full garbage collection at every rebalance (`store_revoke`).
 Every private name those rely on is listed in `PRIVATE_NAMES` below, and nowhere else in
 streamapp is one named (a unit test reads every module for them).
 
@@ -167,7 +168,11 @@ PRIVATE_NAMES: dict[str, tuple[str, ...]] = {
     "aiokafka.producer.sender:Sender": (
         "_retry_backoff",  # producer_metadata: the backoff between them
     ),
-    "faust.stores.rocksdb:Store": ("_dbs", "_key_index"),
+    "faust.stores.rocksdb:Store": (
+        "_dbs",
+        "_key_index",
+        "_open_for_partition",  # store_revoke: a store still locked here, collected and retried
+    ),
     "faust.stores.base:SerializedStore": (
         "_encode_key",  # encode_once: one encoding per key and value a write needs
         "_encode_value",

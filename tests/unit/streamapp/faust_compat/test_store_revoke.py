@@ -1,0 +1,142 @@
+"""Faust's RocksDB store revokes partitions without a full garbage collection (a real Store on
+disk, no broker; see `streamapp.faust_compat.store_revoke`)."""
+
+from __future__ import annotations
+
+import gc
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from faust.types import TP
+
+import streamapp
+from streamapp.faust_compat import store_revoke
+
+
+@pytest.fixture
+def table(tmp_path: Path) -> Any:
+    app = streamapp.App("revoke-test", datadir=str(tmp_path))  # installs store_revoke
+    return app.Table("counts", partitions=4)
+
+
+@pytest.fixture
+def collections(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
+    """Every full collection asked for (``gc.collect()``), counted; the automatic collector
+    is off meanwhile, so that only an explicit collection frees a reference cycle."""
+    asked: list[int] = []
+    collect = gc.collect
+
+    def counting(generation: int = 2) -> int:
+        asked.append(generation)
+        return collect(generation)
+
+    monkeypatch.setattr(gc, "collect", counting)
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield asked
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def _changelog(table: Any, partition: int) -> TP:
+    return TP(table.changelog_topic.get_topic_name(), partition)
+
+
+def _write(table: Any, partition: int, offset: int) -> None:
+    table.data._db_for_partition(partition).put(b"k", b"v")
+    table.data.set_persisted_offset(_changelog(table, partition), offset)
+
+
+def test_a_rebalance_that_revokes_nothing_collects_nothing(
+    table: Any, collections: list[int]
+) -> None:
+    _write(table, 1, offset=5)
+    table.data.revoke_partitions(table, set())
+    table.data.revoke_partitions(table, {TP("source", 1), _changelog(table, 3)})  # none open
+    assert collections == []
+    assert set(table.data._dbs) == {1}
+
+
+async def test_the_rebalance_step_closes_revoked_stores_off_the_event_loop(
+    table: Any, collections: list[int]
+) -> None:
+    _write(table, 1, offset=5)
+    _write(table, 2, offset=9)
+    closed_on: list[str] = []
+
+    class Handle:
+        def __init__(self, db: Any) -> None:
+            self.db = db
+
+        def close(self) -> None:
+            closed_on.append(threading.current_thread().name)
+            self.db.close()
+
+    table.data._dbs[2] = Handle(table.data._dbs[2])
+    await table.data.on_rebalance({_changelog(table, 1)}, {_changelog(table, 2)}, set())
+    assert closed_on and closed_on[0] != threading.current_thread().name
+    assert collections == []
+    assert set(table.data._dbs) == {1}
+    assert store_revoke.closing(table.data) == {}
+    # Opened again (a standby of it, or the partition given back): its lock was released.
+    assert table.data.persisted_offset(_changelog(table, 2)) == 9
+    assert collections == []
+
+
+def test_an_open_during_the_close_of_its_store_waits_for_it(
+    table: Any, collections: list[int]
+) -> None:
+    _write(table, 2, offset=9)
+    gate = threading.Event()
+    store_revoke._closer.submit(gate.wait)  # holds the closer: the close below waits
+    try:
+        table.data.revoke_partitions(table, {_changelog(table, 2)})
+        assert 2 in store_revoke.closing(table.data)
+        opening = threading.Event()
+        opened: list[int | None] = []
+
+        def reopen() -> None:
+            opening.set()
+            opened.append(table.data.persisted_offset(_changelog(table, 2)))
+
+        reader = threading.Thread(target=reopen)
+        reader.start()
+        opening.wait()
+    finally:
+        gate.set()
+    reader.join()
+    assert opened == [9]
+    assert collections == []
+
+
+def test_a_handle_a_cycle_keeps_alive_is_collected_when_its_store_opens_again(
+    table: Any, collections: list[int]
+) -> None:
+    _write(table, 2, offset=9)
+    # An iterator keeps its database open (and locked) after the handle's close.
+    items = iter(table.data._dbs[2].items())
+    next(items)
+    cycle: list[Any] = [items]
+    cycle.append(cycle)
+    del cycle, items  # only the collector can free the iterator now
+    table.data.revoke_partitions(table, {_changelog(table, 2)})
+    assert collections == []
+    assert table.data.persisted_offset(_changelog(table, 2)) == 9
+    assert collections == [2]
+
+
+def test_other_open_errors_are_raised_as_they_were(
+    table: Any, collections: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(store: Any, partition: int) -> Any:
+        raise Exception("Corruption: CURRENT file corrupted")
+
+    monkeypatch.setattr(store_revoke, "_original_open_for_partition", broken)
+    with pytest.raises(Exception, match="Corruption"):
+        table.data._db_for_partition(0)
+    assert collections == []
