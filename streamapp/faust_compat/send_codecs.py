@@ -61,11 +61,9 @@ class Topic(faust.Topic):
         schema: SchemaT[Any, Any] | None = None,
         headers: OpenHeadersArg = None,
     ) -> tuple[Any, OpenHeadersArg]:
-        # Anything but a plain object (bytes, a model, None) goes the registry's way anyway.
-        if type(key) in resolved_codecs.PLAIN and (schema is None or schema is self.schema):
-            dump = self._dumper("key", key_serializer)
-            if dump is not None:
-                return dump(key), headers
+        dump = self._plain_dumper("key", key, key_serializer, schema)
+        if dump is not None:
+            return dump(key), headers
         return super().prepare_key(key, key_serializer, schema, headers)
 
     def prepare_value(
@@ -75,11 +73,26 @@ class Topic(faust.Topic):
         schema: SchemaT[Any, Any] | None = None,
         headers: OpenHeadersArg = None,
     ) -> tuple[Any, OpenHeadersArg]:
-        if type(value) in resolved_codecs.PLAIN and (schema is None or schema is self.schema):
-            dump = self._dumper("value", value_serializer)
-            if dump is not None:
-                return dump(value), headers
+        dump = self._plain_dumper("value", value, value_serializer, schema)
+        if dump is not None:
+            return dump(value), headers
         return super().prepare_value(value, value_serializer, schema, headers)
+
+    def _plain_dumper(
+        self,
+        which: resolved_codecs.Which,
+        obj: Any,
+        serializer: CodecArg,
+        schema: SchemaT[Any, Any] | None,
+    ) -> Dumper | None:
+        """The resolved encoder for ``obj``, or None where Faust's path is kept: anything but
+        a plain object (bytes, a model, None) goes the registry's way anyway, and so does a
+        schema given to this one send."""
+        if type(obj) not in resolved_codecs.PLAIN or (
+            schema is not None and schema is not self.schema
+        ):
+            return None
+        return self._dumper(which, serializer)
 
     def _dumper(self, which: resolved_codecs.Which, serializer: CodecArg) -> Dumper | None:
         """The resolved encoder ``Schema.dumps_<which>`` amounts to for this topic's schema and
