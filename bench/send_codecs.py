@@ -15,21 +15,13 @@ throughput_app.py``), a dict value and a model. "Faust's topic" is ``faust.Topic
 from __future__ import annotations
 
 import argparse
-import time
-from collections.abc import Callable
 from functools import partial
 from typing import Any
 
 import faust
 
+from bench.lib.per_call import Case, best_of_rounds, print_table
 from streamapp import App
-
-
-def per_call_us(fn: Callable[[], Any], calls: int) -> float:
-    start = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    return (time.perf_counter() - start) / calls * 1e6
 
 
 def main() -> None:
@@ -53,24 +45,23 @@ def main() -> None:
         "dict": app.topic("out", key_type=str),
         "model": app.topic("out", key_type=str, value_type=Click),
     }
-    cases: list[tuple[str, str, Any]] = [
+    plain: list[tuple[str, str, Any]] = [
         ("str key, int value", "int", 12345),
         ("str key, dict value", "dict", {"clicks": 3, "campaign": "c-17"}),
         ("str key, model value", "model", Click(campaign="c-17", cost=3)),
     ]
-    best: dict[tuple[str, str], float] = {}
-    for _ in range(args.rounds):
-        for name, topic, value in cases:
-            for side, topics in (("faust", theirs), ("streamapp", ours)):
-                call = partial(topics[topic].as_future_message, "k1234", value)
-                us = per_call_us(call, args.calls)
-                best[(name, side)] = min(best.get((name, side), us), us)
-    print(f"per call, best of {args.rounds} alternating rounds of {args.calls:,} calls")
-    header = ("as_future_message", "Faust's topic µs", "streamapp's µs", "ratio")
-    print(f"{header[0]:<22} {header[1]:>16} {header[2]:>15} {header[3]:>7}")
-    for name, *_ in cases:
-        before, after = best[(name, "faust")], best[(name, "streamapp")]
-        print(f"{name:<22} {before:>16.2f} {after:>15.2f} {before / after:>6.2f}x")
+    cases: list[Case] = [
+        (
+            name,
+            partial(theirs[topic].as_future_message, "k1234"),
+            partial(ours[topic].as_future_message, "k1234"),
+            value,
+        )
+        for name, topic, value in plain
+    ]
+    best = best_of_rounds(cases, rounds=args.rounds, calls=args.calls)
+    header = ("as_future_message", "Faust's topic µs", "streamapp's µs")
+    print_table(best, header, rounds=args.rounds, calls=args.calls, ratio_digits=2)
 
 
 if __name__ == "__main__":

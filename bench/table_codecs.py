@@ -14,21 +14,13 @@ is what `streamapp.faust_compat.resolved_codecs` now returns for them. Never par
 from __future__ import annotations
 
 import argparse
-import time
-from collections.abc import Callable
 from typing import Any
 
 from faust.serializers.codecs import get_codec
 from faust.serializers.registry import Registry
 
+from bench.lib.per_call import Case, best_of_rounds, print_table
 from streamapp.faust_compat import json_once, resolved_codecs
-
-
-def per_call_us(fn: Callable[[Any], Any], arg: Any, calls: int) -> float:
-    start = time.perf_counter()
-    for _ in range(calls):
-        fn(arg)
-    return (time.perf_counter() - start) / calls * 1e6
 
 
 def main() -> None:
@@ -48,25 +40,16 @@ def main() -> None:
         return registry.loads_value(None, data)
 
     small = {"clicks": 3, "campaign": "c-17"}
-    cases: list[tuple[str, Callable[[Any], Any], Callable[[Any], Any], Any]] = [
+    cases: list[Case] = [
         ("str key, encode", codec.dumps, fast_dumps, "k1234"),
         ("int value, encode", codec.dumps, fast_dumps, 12345),
         ("int value, decode", codec_loads, fast_loads, b"12345"),
         ("dict value, encode", codec.dumps, fast_dumps, small),
         ("dict value, decode", codec_loads, fast_loads, codec.dumps(small)),
     ]
-    best: dict[tuple[str, str], float] = {}
-    for _ in range(args.rounds):
-        for name, faust_fn, fast_fn, arg in cases:
-            for side, fn in (("faust", faust_fn), ("json_once", fast_fn)):
-                us = per_call_us(fn, arg, args.calls)
-                best[(name, side)] = min(best.get((name, side), us), us)
-    print(f"per call, best of {args.rounds} alternating rounds of {args.calls:,} calls")
-    header = ("case", "Faust's call µs", "json_once µs", "ratio")
-    print(f"{header[0]:<20} {header[1]:>15} {header[2]:>13} {header[3]:>7}")
-    for name, *_ in cases:
-        before, after = best[(name, "faust")], best[(name, "json_once")]
-        print(f"{name:<20} {before:>15.2f} {after:>13.2f} {before / after:>6.1f}x")
+    best = best_of_rounds(cases, rounds=args.rounds, calls=args.calls)
+    header = ("case", "Faust's call µs", "json_once µs")
+    print_table(best, header, rounds=args.rounds, calls=args.calls, ratio_digits=1)
 
 
 if __name__ == "__main__":
