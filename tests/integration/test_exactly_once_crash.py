@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.partitioner import DefaultPartitioner
 
 from streamapp.testing.kafka_io import create_topic
 from streamapp.testing.worker import WorkerProcess
@@ -39,6 +40,8 @@ APP_ID = "it-eos-crash-standbys"
 SOURCE = source_topic(APP_ID)
 CHANGELOG = changelog_topic(APP_ID)
 DISCARDING = "streamapp: discarding "
+# Events produced while both workers run: enough for 1000 on each changelog partition.
+REPLICATED = 3600
 
 
 async def _produce(bootstrap: str, events: list[tuple[str, bytes]]) -> None:
@@ -175,6 +178,16 @@ class Group:
         return "\n".join(lines) + f"\nexpected {dict(self.expected)}"
 
 
+def _records_per_partition(count: int, keys: int) -> Counter[int]:
+    """How many of ``Group.produce(count, keys)``'s events each source partition gets: the
+    producer's default partitioner (murmur2 of the key), as the test's producer uses it."""
+    partitioner = DefaultPartitioner()
+    partitions = list(range(PARTITIONS))
+    return Counter(
+        partitioner(f"k{i % keys}".encode(), partitions, partitions) for i in range(count)
+    )
+
+
 def _ever_active(view: dict[str, Any]) -> set[int]:
     return {p for entry in view["history"] for p in entry["active"].get(CHANGELOG, [])}
 
@@ -196,8 +209,11 @@ def test_a_worker_killed_under_exactly_once_keeps_its_standby_stores(
         group.start("w2")
         group.wait_settled("w2 taking one partition over")
         # Enough for each standby to write what it replicated to its store: Faust keeps a
-        # standby's records in memory until 1000 (its standby_buffer_size) are there.
-        group.produce(2400)
+        # standby's records in memory until 1000 (its standby_buffer_size) are there. The keys
+        # do not split evenly (8 and 4 of the 12 go to partitions 0 and 1), and which partition
+        # w2 replicates is the plan's choice: each partition must get 1000 on its own.
+        assert min(_records_per_partition(REPLICATED, keys=12).values()) >= 1000
+        group.produce(REPLICATED, keys=12)
         group.wait_settled("the events processed and replicated", timeout=300)
         view = group.view("w2")
         [active] = view["active"][CHANGELOG]
