@@ -70,7 +70,7 @@ from streamapp.changelog_records import (
     counted_already,
     skips_undecodable,
 )
-from streamapp.faust_compat import send_codecs, sends
+from streamapp.faust_compat import direct_send, sends
 
 logger = logging.getLogger(__name__)
 
@@ -398,11 +398,12 @@ async def handle_record_error(
     return await handler.on_bad_record(record, message)
 
 
-class Topic(send_codecs.Topic):
+class Topic(direct_send.Topic):
     """Faust's topic; a record whose key or value does not decode meets the bad-record policy,
     and under exactly_once a message ``send_soon`` buffers while an agent processes a record is
     published in that record's transaction, as ``send`` is (`streamapp.faust_compat.sends`).
-    What is sent is encoded with codecs looked up once (`streamapp.faust_compat.send_codecs`).
+    What is sent is encoded with codecs looked up once (`streamapp.faust_compat.send_codecs`),
+    and ``send`` hands it to the producer in one coroutine (`streamapp.faust_compat.direct_send`).
 
     `streamapp.App` makes it the app's ``Topic`` class (a Faust setting).
     """
@@ -475,6 +476,11 @@ class Topic(send_codecs.Topic):
     async def on_value_decode_error(self, exc: Exception, message: Message) -> None:
         if _policy(self.app) is BadRecordPolicy.FAIL:
             await super().on_value_decode_error(exc, message)
+
+
+# Its publish_message differs from Faust's only for a message send_soon buffered (`sends`), which
+# ``send`` never makes: a send may skip it (`direct_send`).
+direct_send.publishes_as_faust(Topic.publish_message)
 
 
 def _policy(app: AppT) -> BadRecordPolicy:

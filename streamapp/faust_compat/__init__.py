@@ -15,7 +15,8 @@ requests of a static member (`static_membership`); Faust's table writes, encoded
 (`batch_stream`), a batch topic's records handed out in one call (`batch_hand_out`), and a
 batch's changelog records, sent together (`batch_changelog`); its
 exactly_once sends, in the transaction of the record they are made for (`sends`), and what
-its topics send, encoded with codecs looked up once (`send_codecs`); the offsets
+its topics send, encoded with codecs looked up once (`send_codecs`) and handed to the
+producer without Faust's layers in between (`direct_send`); the offsets
 reader's metadata of topics it finds unknown (`unknown_topics`); aiokafka's producer sender's
 metadata refreshes, spaced by its retry backoff (`producer_metadata`); the share of a round of
 its fetch loop that changelog records take (`replica_share`) and stream records take, of each
@@ -153,6 +154,9 @@ PRIVATE_NAMES: dict[str, tuple[str, ...]] = {
         "_standby_tps",
         "_topic_groups",
         "_url",
+    ),
+    "faust.topics:Topic": (
+        "_on_published",  # direct_send: Faust's delivery callback of a send
     ),
     "faust.transport.consumer:TransactionManager": (
         "_tps_to_transactional_ids",  # sends: the transaction of a source partition
