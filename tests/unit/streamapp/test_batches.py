@@ -15,9 +15,10 @@ import pytest
 from faust.events import Event
 from faust.types import TP
 from faust.types.tuples import ConsumerMessage
+from mode.utils.queues import FlowControlEvent, ThrowableQueue
 
 from streamapp import App
-from streamapp.batches import Batch, BatchAbandoned, batches, by_partition
+from streamapp.batches import Batch, BatchAbandoned, _take, batches, by_partition
 from streamapp.faust_compat.batch_stream import ack_batch
 from streamapp.faust_compat.transport import Consumer
 
@@ -160,3 +161,41 @@ def test_max_records_must_be_positive(tmp_path: Path) -> None:
     stream = _app(tmp_path).stream(faust.App("x").topic(TOPIC))
     with pytest.raises(ValueError, match="max_records"):
         asyncio.run(batches(stream, max_records=0).__anext__())
+
+
+class _CountingQueue(ThrowableQueue):  # type: ignore[type-arg]
+    """mode's queue of a channel, counting the agent's tests of ``empty()``."""
+
+    def __init__(self) -> None:
+        super().__init__(flow_control=FlowControlEvent(initially_suspended=False))
+        self.empty_calls = 0
+
+    def empty(self) -> bool:
+        self.empty_calls += 1
+        return bool(super().empty())
+
+
+async def test_a_wake_up_takes_the_queue_up_to_max_records_with_one_count() -> None:
+    queue = _CountingQueue()
+    for item in range(250):
+        queue.put_nowait(item)
+    taken = await _take(queue, 100, None)
+    assert taken == list(range(100))  # in order, up to max_records
+    assert queue.qsize() == 150
+    # asyncio's get_nowait tests empty() once per item; _take adds one before the count and
+    # one after, not one per record (docs/throughput.md).
+    assert queue.empty_calls <= len(taken) + 2
+    assert await _take(queue, 1000, None) == list(range(100, 250))
+
+
+async def test_an_error_thrown_into_the_queue_is_raised_after_what_it_holds() -> None:
+    queue = _CountingQueue()
+    queue.put_nowait(1)
+    queue.put_nowait(2)
+    await queue.throw(RuntimeError("thrown"))
+    with pytest.raises(RuntimeError, match="thrown"):  # as ThrowableQueue.get_nowait raises it
+        await _take(queue, 10, None)
+    queue = _CountingQueue()
+    await queue.throw(RuntimeError("alone"))
+    with pytest.raises(RuntimeError, match="alone"):
+        await _take(queue, 10, None)
