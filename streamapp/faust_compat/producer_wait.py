@@ -78,7 +78,8 @@ async def _send(
     self: Any, topic: str, value: Any = None, key: Any = None, *args: Any, **kw: Any
 ) -> Any:
     partition = args[0] if args else kw.get("partition")
-    if partition is not None:
+    # Known almost always: tested here, without a coroutine per send to find it out.
+    if partition is not None and not _known(self, topic, partition):
         await wait_for_partition(self, topic, partition)
     return await _original_send(self, topic, value, key, *args, **kw)
 

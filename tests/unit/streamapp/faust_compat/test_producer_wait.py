@@ -8,9 +8,12 @@ which tracks a topic and waits for its metadata (raising if the broker does not 
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
+import pytest
 from aiokafka.errors import UnknownTopicOrPartitionError
 
+from streamapp.faust_compat import producer_wait
 from streamapp.faust_compat.producer_wait import wait_for_partition
 
 
@@ -72,3 +75,30 @@ async def test_a_known_partition_does_not_wait() -> None:
     producer.client.cluster.known = {"t": {0}}
     await wait_for_partition(producer, "t", 0)
     assert producer.client.refreshes == 0
+
+
+async def test_a_send_enters_the_wait_only_for_a_partition_it_does_not_know(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    sent: list[tuple[str, int | None]] = []
+    waited: list[tuple[str, int]] = []
+
+    async def original_send(
+        self: Any, topic: str, value: Any = None, key: Any = None, **kw: Any
+    ) -> None:
+        sent.append((topic, kw.get("partition")))
+
+    async def wait(self: Any, topic: str, partition: int) -> None:
+        waited.append((topic, partition))
+        self.client.cluster.known[topic] = {0, 1, 2}
+
+    monkeypatch.setattr(producer_wait, "_original_send", original_send)
+    monkeypatch.setattr(producer_wait, "wait_for_partition", wait)
+    producer = _Producer({"t": {0, 1, 2}}, tracked={"t"})
+    producer.client.cluster.known = {"t": {0}}
+    await producer_wait._send(producer, "t", b"v", b"k", partition=0)  # known: no wait
+    await producer_wait._send(producer, "t", b"v", b"k")  # the partitioner's choice: no wait
+    assert waited == []
+    await producer_wait._send(producer, "t", b"v", b"k", partition=2)  # unknown: waits first
+    assert waited == [("t", 2)]
+    assert sent == [("t", 0), ("t", None), ("t", 2)]
