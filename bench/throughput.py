@@ -2,7 +2,7 @@
 
     .venv/bin/python -m bench.throughput [--records 30000] [--keys 5000] [--partitions 6]
         [--guarantee at_least_once --guarantee exactly_once] [--loglevel warning]
-        [--profile DIR] [--each-win]
+        [--profile DIR] [--py-spy DIR PY_SPY] [--each-win]
 
 One run, one local broker. The app (``bench/apps/throughput_app.py``) keeps a per-key
 running sum in a changelog table and sends an output record for every tenth input. For each
@@ -22,9 +22,12 @@ Each engine notes the wall and process CPU time (all its threads) at its first r
 after its last one, with its producer flushed; startup and loading are not counted. Prints
 records/s, CPU µs per record and the ratios. ``--profile DIR`` also profiles the event-loop
 thread of each Faust engine (cProfile, first record to last) and prints where its time goes
-per record. ``--each-win`` adds streamapp runs without its free wins (Faust's worker log
-levels, table encoding and producer defaults), all of them and then each one, to show what
-each is worth. Never part of the tests; ratios measured within one run are what count.
+per record; ``--py-spy DIR PY_SPY`` samples each Faust engine's worker process with py-spy
+(all threads, while they hold the GIL; not a project dependency) and prints where its CPU
+went by block of the run (``bench/lib/gil_blocks.py``). ``--each-win`` adds streamapp runs
+without its free wins (Faust's worker log levels, table encoding and producer defaults), all
+of them and then each one, to show what each is worth. Never part of the tests; ratios
+measured within one run are what count.
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ from pathlib import Path
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
+from bench.lib import gil_blocks
 from streamapp.kafka import LocalKafka
 from streamapp.kafka.probe import free_port
 from streamapp.testing.stop_signals import run_until_stopped
@@ -308,6 +312,7 @@ def run_engine(
             stdin=subprocess.DEVNULL,
             env=env,
         )
+    sampler = sample_with_py_spy(process.pid, app_id, args) if engine != "plain loop" else None
     try:
         deadline = time.monotonic() + RUN_TIMEOUT_S
         while not result_path.exists():
@@ -325,6 +330,8 @@ def run_engine(
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
+        if sampler is not None:  # it stops as the worker exits, and writes its file
+            sampler.wait(60)
     (first_wall, first_cpu), (last_wall, last_cpu) = data["first"], data["last"]
     wall_s, cpu_s = last_wall - first_wall, last_cpu - first_cpu
     result = Result(engine, guarantee, data["records"], wall_s, cpu_s)
@@ -333,6 +340,35 @@ def run_engine(
         f"{result.cpu_us_per_record:.0f} µs CPU per record"
     )
     return result
+
+
+def sample_with_py_spy(
+    pid: int, app_id: str, args: argparse.Namespace
+) -> subprocess.Popen[bytes] | None:
+    """``--py-spy``: py-spy samples the worker's threads holding the GIL (bench/lib/gil_blocks),
+    from its start to its stop; the start and stop are left out of the summary."""
+    if not args.py_spy:
+        return None
+    directory, py_spy = Path(args.py_spy[0]), args.py_spy[1]
+    return subprocess.Popen(
+        [
+            py_spy,
+            "record",
+            "-p",
+            str(pid),
+            "--threads",
+            "--gil",
+            "--nonblocking",
+            "-r",
+            "250",
+            "-f",
+            "raw",
+            "-o",
+            str(directory / f"{app_id}.raw"),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
 
 
 # --- reporting ---------------------------------------------------------------------------------
@@ -424,6 +460,13 @@ def main() -> int:
     )
     parser.add_argument("--profile", metavar="DIR", help="cProfile each Faust engine into DIR")
     parser.add_argument(
+        "--py-spy",
+        nargs=2,
+        metavar=("DIR", "PY_SPY"),
+        help="sample each Faust engine's worker with the py-spy at PY_SPY (GIL samples, all "
+        "threads) into DIR, and print where its CPU went by block",
+    )
+    parser.add_argument(
         "--each-win",
         action="store_true",
         help="also run streamapp without its free wins, all and each (see above)",
@@ -446,6 +489,8 @@ def main() -> int:
         args.engine += list(WITHOUT_WINS)
     if args.profile:
         Path(args.profile).mkdir(parents=True, exist_ok=True)
+    if args.py_spy:
+        Path(args.py_spy[0]).mkdir(parents=True, exist_ok=True)
     results: list[Result] = []
     with tempfile.TemporaryDirectory(prefix="bench-throughput-") as tmp:
         root = Path(tmp)
@@ -462,6 +507,9 @@ def main() -> int:
     if args.profile:
         for path in sorted(Path(args.profile).glob("*.prof")):
             print(profile_summary(path, args.records, args.top))
+    if args.py_spy:
+        for path in sorted(Path(args.py_spy[0]).glob("*.raw")):
+            print(gil_blocks.summary(path))
     return 0
 
 
