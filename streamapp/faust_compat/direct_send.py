@@ -80,9 +80,9 @@ class Topic(send_codecs.Topic):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        #: The topic's name and the app's ``stream_publish_on_commit``, read at the first send
-        #: (Faust reads the setting per send; settings are fixed once the app is made).
-        self._direct_name: str | None = None
+        #: The app's ``stream_publish_on_commit``, read at the first send (Faust reads the
+        #: setting per send, through its settings' ``__getattribute__``; settings are fixed
+        #: once the app is made).
         self._attaches: bool | None = None
 
     async def send(
@@ -133,9 +133,8 @@ class Topic(send_codecs.Topic):
         message = fut.message
         if message.channel is not self:  # another channel's name: Faust finds it
             return await self.publish_message(fut)
-        topic = self._direct_name
-        if topic is None:
-            topic = self._direct_name = self.get_topic_name()
+        # Asked per send, as Faust does: a topic's ``topics`` is a plain attribute.
+        topic = self.get_topic_name()
         app = self.app
         producer = await app.maybe_start_producer()
         key, value = message.key, message.value

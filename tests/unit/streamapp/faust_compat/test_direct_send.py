@@ -163,3 +163,14 @@ async def test_a_topic_class_of_its_own_publish_keeps_it(tmp_path: Path) -> None
     await topic.send(key="k", value=5)
     assert published == [b"5"]
     assert recorder.sent == [(TOPIC, b"k", b"5", _kwargs())]
+
+
+async def test_the_topic_name_is_the_one_it_has_at_each_send(tmp_path: Path) -> None:
+    # ``topics`` is a plain attribute of Faust's topic: its name is asked per send, as Faust's
+    # publish_message does, not kept from the first.
+    app, recorder, _ = _app(tmp_path)
+    topic = app.topic(TOPIC, key_type=str, value_type=int)
+    await topic.send(key="k", value=1)
+    topic.topics = ["renamed"]
+    await topic.send(key="k", value=2)
+    assert [sent[0] for sent in recorder.sent] == [TOPIC, "renamed"]
