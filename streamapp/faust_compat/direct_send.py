@@ -78,13 +78,6 @@ def _size(data: Any) -> int:
 class Topic(send_codecs.Topic):
     """Faust's topic; ``send`` hands the record to the producer in one coroutine (module)."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        #: The app's ``stream_publish_on_commit``, read at the first send (Faust reads the
-        #: setting per send, through its settings' ``__getattribute__``; settings are fixed
-        #: once the app is made).
-        self._attaches: bool | None = None
-
     async def send(
         self,
         *,
@@ -99,10 +92,8 @@ class Topic(send_codecs.Topic):
         callback: MessageSentCallback | None = None,
         force: bool = False,
     ) -> Awaitable[RecordMetadata]:
-        attaches = self._attaches
-        if attaches is None:
-            attaches = self._attaches = bool(self.app.conf.stream_publish_on_commit)
-        if attaches or not _direct_class(type(self)):
+        # Read per send, as Faust's Topic.send reads it: a setting can be changed on the app.
+        if self.app.conf.stream_publish_on_commit or not _direct_class(type(self)):
             return await super().send(
                 key=key,
                 value=value,

@@ -16,6 +16,7 @@ from unittest import mock
 
 import faust
 import pytest
+from faust.exceptions import AlreadyConfiguredWarning
 from faust.types import TP, RecordMetadata
 
 from streamapp import App
@@ -174,3 +175,18 @@ async def test_the_topic_name_is_the_one_it_has_at_each_send(tmp_path: Path) -> 
     topic.topics = ["renamed"]
     await topic.send(key="k", value=2)
     assert [sent[0] for sent in recorder.sent] == [TOPIC, "renamed"]
+
+
+async def test_publish_on_commit_set_after_a_send_is_seen_by_the_next(tmp_path: Path) -> None:
+    app, recorder, _ = _app(tmp_path)
+    topic = app.topic(TOPIC, key_type=str, value_type=int)
+    await topic.send(key="k", value=1)
+    # Faust allows it, with a warning, and its Topic.send reads the setting per send.
+    with pytest.warns(AlreadyConfiguredWarning):
+        app.conf.stream_publish_on_commit = True
+    with mock.patch.object(
+        faust.Topic, "publish_message", autospec=True, side_effect=faust.Topic.publish_message
+    ) as faust_publish:
+        await topic.send(key="k", value=2)
+    assert faust_publish.call_count == 1
+    assert [sent[2] for sent in recorder.sent] == [b"1", b"2"]
