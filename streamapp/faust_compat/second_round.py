@@ -1,0 +1,100 @@
+"""Prompt heartbeats after a cooperative join, so that KIP-429's second round starts sooner.
+
+Under the cooperative protocol a partition changing owner is withheld for one round: its old
+owner gives it up once the first join completes and rejoins at once, and the second join, which
+hands it to its new owner, starts only once every other member has rejoined too. A member
+learns that the group is rebalancing again from the broker's answer to its next heartbeat
+(REBALANCE_IN_PROGRESS). aiokafka starts a member's heartbeats afresh after each join and sends
+the first one a whole heartbeat interval later, so the second round could not start before one
+interval after the first had completed, and no worker processes the moved partition in between:
+in `bench/adclick.py`'s scale-out, 0.53 s of a moved partition's 1.0 s handover, at the app's
+0.5 s heartbeat interval (Faust's default is 3 s).
+
+So after a join that kept the member's partitions (`streamapp.faust_compat.coordinator` calls
+`expect_second_round`), the member's heartbeats come every `PROMPT_INTERVAL_S` for up to one
+heartbeat interval (at most `PROMPT_WINDOW_S`), until the broker says the group rebalances
+again; aiokafka's own heartbeat routine then takes over as it would have. No member knows
+whether another one gave something up, so every member does it after every cooperative join:
+a few more heartbeats per member and rebalance, answered by the group coordinator from memory.
+Eager joins keep aiokafka's heartbeats (no second round follows them).
+
+Private aiokafka names (checked at import, `streamapp.faust_compat`): ``GroupCoordinator``'s
+``_heartbeat_routine`` (wrapped), ``_do_heartbeat`` (the one heartbeat and its answer's
+handling, aiokafka's own), ``_heartbeat_interval_ms`` and ``_subscription``.
+Delete when aiokafka heartbeats at once after a join, or implements KIP-429 itself.
+Test: tests/unit/streamapp/faust_compat/test_second_round.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiokafka.consumer import group_coordinator as aiokafka_gc
+from aiokafka.protocol.group import JoinGroupRequest
+
+#: Between two prompt heartbeats: the delay it adds to the second round, at most.
+PROMPT_INTERVAL_S = 0.05
+#: The longest the prompt heartbeats go on after a join (or one heartbeat interval, if
+#: shorter): a member that gives partitions up rejoins within a few hundred milliseconds (its
+#: commit of them), and one that takes longer is waited for at aiokafka's own pace.
+PROMPT_WINDOW_S = 1.0
+
+_ATTRIBUTE = "_streamapp_second_round"
+
+# The routine's sleep (the unit tests run it on a clock of their own).
+_sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
+
+
+def expect_second_round(coordinator: Any) -> None:
+    """A cooperative join of ``coordinator`` completed: its next heartbeats are prompt."""
+    setattr(coordinator, _ATTRIBUTE, True)
+
+
+def prompt_window_s(heartbeat_interval_ms: int) -> float:
+    """How long the prompt heartbeats go on after a cooperative join."""
+    return min(heartbeat_interval_ms / 1000, PROMPT_WINDOW_S)
+
+
+async def _prompt_heartbeats(self: Any) -> None:
+    """A heartbeat every `PROMPT_INTERVAL_S` through the window, until the broker says the group
+    rebalances (aiokafka's ``_do_heartbeat`` then requests the rejoin) or a heartbeat fails
+    (aiokafka's routine handles what follows, as it would have)."""
+    window = prompt_window_s(self._heartbeat_interval_ms)
+    subscription = self._subscription
+    for _ in range(max(1, round(window / PROMPT_INTERVAL_S))):
+        if self.member_id == JoinGroupRequest.UNKNOWN_MEMBER_ID or self.need_rejoin(
+            subscription.subscription
+        ):
+            return
+        await _sleep(PROMPT_INTERVAL_S)
+        await self.ensure_coordinator_known()
+        if not await self._do_heartbeat():
+            return
+
+
+async def _heartbeat_routine(self: Any) -> None:
+    if getattr(self, _ATTRIBUTE, False):
+        setattr(self, _ATTRIBUTE, False)
+        try:
+            await _prompt_heartbeats(self)
+        except asyncio.CancelledError:
+            # Stopped as aiokafka stops its routine (a rejoin begins): it ends quietly.
+            return
+    await _original_heartbeat_routine(self)
+
+
+_original_heartbeat_routine: Callable[[Any], Awaitable[None]] = (
+    aiokafka_gc.GroupCoordinator._heartbeat_routine
+)
+_installed = False
+
+
+def install() -> None:
+    """Patch aiokafka's heartbeat routine for this process (idempotent)."""
+    global _installed
+    if _installed:
+        return
+    _installed = True
+    aiokafka_gc.GroupCoordinator._heartbeat_routine = _heartbeat_routine
