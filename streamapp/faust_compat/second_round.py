@@ -11,12 +11,13 @@ in `bench/adclick.py`'s scale-out, 0.53 s of a moved partition's 1.0 s handover,
 0.5 s heartbeat interval (Faust's default is 3 s).
 
 So after a join that kept the member's partitions (`streamapp.faust_compat.coordinator` calls
-`expect_second_round`), the member's heartbeats come every `PROMPT_INTERVAL_S` for up to one
-heartbeat interval (at most `PROMPT_WINDOW_S`), until the broker says the group rebalances
-again; aiokafka's own heartbeat routine then takes over as it would have. No member knows
-whether another one gave something up, so every member does it after every cooperative join:
-a few more heartbeats per member and rebalance, answered by the group coordinator from memory.
-Eager joins keep aiokafka's heartbeats (no second round follows them).
+`expect_second_round`), the member's heartbeats through its first heartbeat interval come every
+`prompt_interval_s` (50 ms, or a twentieth of the interval if that is longer), until the broker
+says the group rebalances again; aiokafka's own heartbeat routine then takes over, one interval
+after the last of them, as it would have after its own first one. No member knows whether
+another one gave something up, so every member does it after every cooperative join: at most
+twenty heartbeats more per member and rebalance, which the group coordinator answers from
+memory. Eager joins keep aiokafka's heartbeats (no second round follows them).
 
 Private aiokafka names (checked at import, `streamapp.faust_compat`): ``GroupCoordinator``'s
 ``_heartbeat_routine`` (wrapped), ``_do_heartbeat`` (the one heartbeat and its answer's
@@ -34,12 +35,10 @@ from typing import Any
 from aiokafka.consumer import group_coordinator as aiokafka_gc
 from aiokafka.protocol.group import JoinGroupRequest
 
-#: Between two prompt heartbeats: the delay it adds to the second round, at most.
+#: Between two prompt heartbeats, at least: the delay they add to the second round, at most.
 PROMPT_INTERVAL_S = 0.05
-#: The longest the prompt heartbeats go on after a join (or one heartbeat interval, if
-#: shorter): a member that gives partitions up rejoins within a few hundred milliseconds (its
-#: commit of them), and one that takes longer is waited for at aiokafka's own pace.
-PROMPT_WINDOW_S = 1.0
+#: The most prompt heartbeats after a join (their interval grows with the heartbeat interval).
+PROMPT_HEARTBEATS = 20
 
 _ATTRIBUTE = "_streamapp_second_round"
 
@@ -52,23 +51,23 @@ def expect_second_round(coordinator: Any) -> None:
     setattr(coordinator, _ATTRIBUTE, True)
 
 
-def prompt_window_s(heartbeat_interval_ms: int) -> float:
-    """How long the prompt heartbeats go on after a cooperative join."""
-    return min(heartbeat_interval_ms / 1000, PROMPT_WINDOW_S)
+def prompt_interval_s(heartbeat_interval_ms: int) -> float:
+    """Between two prompt heartbeats, for a member with this heartbeat interval."""
+    return max(PROMPT_INTERVAL_S, heartbeat_interval_ms / 1000 / PROMPT_HEARTBEATS)
 
 
 async def _prompt_heartbeats(self: Any) -> None:
-    """A heartbeat every `PROMPT_INTERVAL_S` through the window, until the broker says the group
-    rebalances (aiokafka's ``_do_heartbeat`` then requests the rejoin) or a heartbeat fails
-    (aiokafka's routine handles what follows, as it would have)."""
-    window = prompt_window_s(self._heartbeat_interval_ms)
+    """Heartbeats every `prompt_interval_s` through one heartbeat interval, until the broker says
+    the group rebalances (aiokafka's ``_do_heartbeat`` then requests the rejoin) or a heartbeat
+    fails (aiokafka's routine handles what follows, as it would have)."""
+    interval = prompt_interval_s(self._heartbeat_interval_ms)
     subscription = self._subscription
-    for _ in range(max(1, round(window / PROMPT_INTERVAL_S))):
+    for _ in range(max(1, round(self._heartbeat_interval_ms / 1000 / interval))):
         if self.member_id == JoinGroupRequest.UNKNOWN_MEMBER_ID or self.need_rejoin(
             subscription.subscription
         ):
             return
-        await _sleep(PROMPT_INTERVAL_S)
+        await _sleep(interval)
         await self.ensure_coordinator_known()
         if not await self._do_heartbeat():
             return
