@@ -11,13 +11,15 @@ in `bench/adclick.py`'s scale-out, 0.53 s of a moved partition's 1.0 s handover,
 0.5 s heartbeat interval (Faust's default is 3 s).
 
 So after a join that kept the member's partitions (`streamapp.faust_compat.coordinator` calls
-`expect_second_round`), the member's heartbeats through its first heartbeat interval come every
-`prompt_interval_s` (50 ms, or a twentieth of the interval if that is longer), until the broker
-says the group rebalances again; aiokafka's own heartbeat routine then takes over, one interval
-after the last of them, as it would have after its own first one. No member knows whether
-another one gave something up, so every member does it after every cooperative join: at most
-twenty heartbeats more per member and rebalance, which the group coordinator answers from
-memory. Eager joins keep aiokafka's heartbeats (no second round follows them).
+`expect_second_round`), the member heartbeats `PROMPT_HEARTBEATS` times through a window of
+`PROMPT_WINDOW_S` (or its heartbeat interval, if longer; at least `PROMPT_INTERVAL_S` apart),
+until the broker says the group rebalances again; aiokafka's own heartbeat routine then takes
+over. The window outlasts the old owner's flush and commit of what it gives up, which took
+0.9 s on the busy 2-core machine where the app's whole 0.5 s interval had passed before it
+rejoined. No member knows whether another one gave something up, so every member does it after
+every cooperative join: twenty heartbeats more per member and rebalance, which the group
+coordinator answers from memory. Eager joins keep aiokafka's heartbeats (no second round
+follows them).
 
 Private aiokafka names (checked at import, `streamapp.faust_compat`): ``GroupCoordinator``'s
 ``_heartbeat_routine`` (wrapped), ``_do_heartbeat`` (the one heartbeat and its answer's
@@ -35,9 +37,11 @@ from typing import Any
 from aiokafka.consumer import group_coordinator as aiokafka_gc
 from aiokafka.protocol.group import JoinGroupRequest
 
-#: Between two prompt heartbeats, at least: the delay they add to the second round, at most.
+#: Between two prompt heartbeats, at least.
 PROMPT_INTERVAL_S = 0.05
-#: The most prompt heartbeats after a join (their interval grows with the heartbeat interval).
+#: How long the prompt heartbeats go on after a join, at least (or one heartbeat interval).
+PROMPT_WINDOW_S = 2.0
+#: The most prompt heartbeats after a join: their interval is the window's share.
 PROMPT_HEARTBEATS = 20
 
 _ATTRIBUTE = "_streamapp_second_round"
@@ -51,18 +55,21 @@ def expect_second_round(coordinator: Any) -> None:
     setattr(coordinator, _ATTRIBUTE, True)
 
 
-def prompt_interval_s(heartbeat_interval_ms: int) -> float:
-    """Between two prompt heartbeats, for a member with this heartbeat interval."""
-    return max(PROMPT_INTERVAL_S, heartbeat_interval_ms / 1000 / PROMPT_HEARTBEATS)
+def prompt_schedule(heartbeat_interval_ms: int) -> tuple[float, int]:
+    """The interval between prompt heartbeats and how many there are, for a member with this
+    heartbeat interval."""
+    window = max(heartbeat_interval_ms / 1000, PROMPT_WINDOW_S)
+    interval = max(PROMPT_INTERVAL_S, window / PROMPT_HEARTBEATS)
+    return interval, max(1, round(window / interval))
 
 
 async def _prompt_heartbeats(self: Any) -> None:
-    """Heartbeats every `prompt_interval_s` through one heartbeat interval, until the broker says
-    the group rebalances (aiokafka's ``_do_heartbeat`` then requests the rejoin) or a heartbeat
-    fails (aiokafka's routine handles what follows, as it would have)."""
-    interval = prompt_interval_s(self._heartbeat_interval_ms)
+    """The prompt heartbeats of `prompt_schedule`, until the broker says the group rebalances
+    (aiokafka's ``_do_heartbeat`` then requests the rejoin) or a heartbeat fails (aiokafka's
+    routine handles what follows, as it would have)."""
+    interval, count = prompt_schedule(self._heartbeat_interval_ms)
     subscription = self._subscription
-    for _ in range(max(1, round(self._heartbeat_interval_ms / 1000 / interval))):
+    for _ in range(count):
         if self.member_id == JoinGroupRequest.UNKNOWN_MEMBER_ID or self.need_rejoin(
             subscription.subscription
         ):

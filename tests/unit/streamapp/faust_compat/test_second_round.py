@@ -74,28 +74,29 @@ async def test_after_a_cooperative_join_the_broker_hears_from_the_member_at_once
     second_round.expect_second_round(coordinator)
     await second_round._heartbeat_routine(coordinator)
     # aiokafka's routine would have sent its first heartbeat after 0.5 s; the third prompt
-    # one heard of the second round after 0.15 s, and requested the rejoin.
+    # one heard of the second round after 0.3 s, and requested the rejoin.
     assert coordinator.events == [
         "heartbeat ok",
         "heartbeat ok",
         "heartbeat rebalancing",
         "aiokafka's routine",
     ]
-    assert clock.sleeps == [second_round.PROMPT_INTERVAL_S] * 3
+    assert clock.sleeps == [pytest.approx(0.1)] * 3
     assert coordinator.rejoin
 
 
-async def test_prompt_heartbeats_last_one_heartbeat_interval(clock: Clock) -> None:
+async def test_prompt_heartbeats_go_on_through_their_window(clock: Clock) -> None:
     coordinator = Coordinator([])  # no second round: every answer is ok
     second_round.expect_second_round(coordinator)
     await second_round._heartbeat_routine(coordinator)
-    assert coordinator.events == ["heartbeat ok"] * 10 + ["aiokafka's routine"]
-    assert sum(clock.sleeps) == pytest.approx(HEARTBEAT_INTERVAL_MS / 1000)
+    assert coordinator.events == ["heartbeat ok"] * 20 + ["aiokafka's routine"]
+    assert sum(clock.sleeps) == pytest.approx(second_round.PROMPT_WINDOW_S)
 
 
-def test_a_longer_heartbeat_interval_spaces_them_out_twenty_at_most() -> None:
-    assert second_round.prompt_interval_s(500) == second_round.PROMPT_INTERVAL_S == 0.05
-    assert second_round.prompt_interval_s(3000) == pytest.approx(0.15)  # Faust's default
+def test_the_window_is_two_seconds_or_one_heartbeat_interval_twenty_heartbeats() -> None:
+    assert second_round.prompt_schedule(500) == (pytest.approx(0.1), 20)
+    assert second_round.prompt_schedule(3000) == (pytest.approx(0.15), 20)  # Faust's default
+    assert second_round.prompt_schedule(1) == (pytest.approx(0.1), 20)
 
 
 async def test_a_failed_heartbeat_is_left_to_aiokafka_s_routine(clock: Clock) -> None:
