@@ -142,6 +142,7 @@ PRIVATE_NAMES: dict[str, tuple[str, ...]] = {
         "_maybe_do_last_autocommit",
         "_do_commit_offsets",  # coordinator: a refused old-generation commit resets nothing new
         "_heartbeat_routine",  # second_round: prompt heartbeats after a cooperative join
+        "_start_heartbeat_task",
         "_do_heartbeat",
         "_heartbeat_interval_ms",
     ),

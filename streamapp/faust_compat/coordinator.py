@@ -308,6 +308,9 @@ async def _on_join_complete(
         partitions_text(assigned - owned),
     )
     assignors = _cooperative_assignors(self)
+    # A member that gives something up rejoins once it has; the others hear of it at their next
+    # heartbeat, which comes soon, and even while their own handlers below run (`second_round`).
+    second_round.start_prompt_heartbeats(self)
     # Faust's handlers go incremental for this join's two listener calls (see
     # `streamapp.faust_compat.incremental`).
     _mark_incremental(assignors, True)
@@ -343,9 +346,6 @@ async def _on_join_complete(
             del subscription.assign_from_subscribed
     finally:
         _mark_incremental(assignors, False)
-    # A member that gave something up rejoins now; the others hear of it at their next
-    # heartbeat, which comes soon (`second_round`).
-    second_round.expect_second_round(self)
     if lost:
         # What it gave up goes to its new owners in the next rebalance, which this starts.
         self.request_rejoin()

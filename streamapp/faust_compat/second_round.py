@@ -10,20 +10,21 @@ interval after the first had completed, and no worker processes the moved partit
 in `bench/adclick.py`'s scale-out, 0.53 s of a moved partition's 1.0 s handover, at the app's
 0.5 s heartbeat interval (Faust's default is 3 s).
 
-So after a join that kept the member's partitions (`streamapp.faust_compat.coordinator` calls
-`expect_second_round`), the member heartbeats `PROMPT_HEARTBEATS` times through a window of
-`PROMPT_WINDOW_S` (or its heartbeat interval, if longer; at least `PROMPT_INTERVAL_S` apart),
-until the broker says the group rebalances again; aiokafka's own heartbeat routine then takes
-over. The window outlasts the old owner's flush and commit of what it gives up, which took
-0.9 s on the busy 2-core machine where the app's whole 0.5 s interval had passed before it
-rejoined. No member knows whether another one gave something up, so every member does it after
-every cooperative join: twenty heartbeats more per member and rebalance, which the group
-coordinator answers from memory. Eager joins keep aiokafka's heartbeats (no second round
-follows them).
+So from the moment a join that kept the member's partitions completes
+(`streamapp.faust_compat.coordinator` calls `start_prompt_heartbeats`), the member heartbeats
+`PROMPT_HEARTBEATS` times through a window of `PROMPT_WINDOW_S` (or its heartbeat interval, if
+longer; at least `PROMPT_INTERVAL_S` apart), until the broker says the group rebalances again;
+aiokafka's own heartbeat routine then takes over. The window outlasts the old owner's flush and
+commit of what it gives up, which took 0.9 s on the busy 2-core machine where the app's whole
+0.5 s interval had passed before it rejoined. No member knows whether another one gave something
+up, so every member does it after every cooperative join: twenty heartbeats more per member and
+rebalance, which the group coordinator answers from memory. Eager joins keep aiokafka's
+heartbeats (no second round follows them).
 
 Private aiokafka names (checked at import, `streamapp.faust_compat`): ``GroupCoordinator``'s
-``_heartbeat_routine`` (wrapped), ``_do_heartbeat`` (the one heartbeat and its answer's
-handling, aiokafka's own), ``_heartbeat_interval_ms`` and ``_subscription``.
+``_heartbeat_routine`` (wrapped), ``_start_heartbeat_task``, ``_do_heartbeat`` (the one
+heartbeat and its answer's handling, aiokafka's own), ``_heartbeat_interval_ms`` and
+``_subscription``.
 Delete when aiokafka heartbeats at once after a join, or implements KIP-429 itself.
 Test: tests/unit/streamapp/faust_compat/test_second_round.py.
 """
@@ -50,9 +51,17 @@ _ATTRIBUTE = "_streamapp_second_round"
 _sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
 
 
-def expect_second_round(coordinator: Any) -> None:
-    """A cooperative join of ``coordinator`` completed: its next heartbeats are prompt."""
+def start_prompt_heartbeats(coordinator: Any) -> None:
+    """A cooperative join of ``coordinator`` completed: its heartbeats start now, prompt.
+
+    aiokafka starts them once the assignment's listener calls have returned: those run Faust's
+    rebalance handlers (0.1 to 0.7 s on the busy 2-core machine), and the old owner's rejoin
+    often came meanwhile. Started before them, the heartbeats also keep the member alive
+    through them, as they do through the join itself; aiokafka's own start after the join
+    then finds them running and leaves them be.
+    """
     setattr(coordinator, _ATTRIBUTE, True)
+    coordinator._start_heartbeat_task()
 
 
 def prompt_schedule(heartbeat_interval_ms: int) -> tuple[float, int]:

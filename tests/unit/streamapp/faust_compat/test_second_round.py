@@ -11,6 +11,7 @@ import asyncio
 from typing import Any
 
 import pytest
+from aiokafka.abc import ConsumerRebalanceListener
 from aiokafka.consumer.subscription_state import SubscriptionState
 from aiokafka.coordinator.protocol import ConsumerProtocolMemberAssignment
 from aiokafka.structs import TopicPartition as TP
@@ -35,6 +36,9 @@ class Coordinator:
 
     def need_rejoin(self, subscription: Any) -> bool:
         return self.rejoin
+
+    def _start_heartbeat_task(self) -> None:
+        self.events.append("heartbeats started")
 
     async def ensure_coordinator_known(self) -> None:
         return None
@@ -71,11 +75,12 @@ async def test_after_a_cooperative_join_the_broker_hears_from_the_member_at_once
     clock: Clock,
 ) -> None:
     coordinator = Coordinator(["ok", "ok", "rebalancing"])
-    second_round.expect_second_round(coordinator)
+    second_round.start_prompt_heartbeats(coordinator)
     await second_round._heartbeat_routine(coordinator)
     # aiokafka's routine would have sent its first heartbeat after 0.5 s; the third prompt
     # one heard of the second round after 0.3 s, and requested the rejoin.
     assert coordinator.events == [
+        "heartbeats started",
         "heartbeat ok",
         "heartbeat ok",
         "heartbeat rebalancing",
@@ -87,9 +92,11 @@ async def test_after_a_cooperative_join_the_broker_hears_from_the_member_at_once
 
 async def test_prompt_heartbeats_go_on_through_their_window(clock: Clock) -> None:
     coordinator = Coordinator([])  # no second round: every answer is ok
-    second_round.expect_second_round(coordinator)
+    second_round.start_prompt_heartbeats(coordinator)
     await second_round._heartbeat_routine(coordinator)
-    assert coordinator.events == ["heartbeat ok"] * 20 + ["aiokafka's routine"]
+    assert coordinator.events == ["heartbeats started"] + ["heartbeat ok"] * 20 + [
+        "aiokafka's routine"
+    ]
     assert sum(clock.sleeps) == pytest.approx(second_round.PROMPT_WINDOW_S)
 
 
@@ -101,14 +108,14 @@ def test_the_window_is_two_seconds_or_one_heartbeat_interval_twenty_heartbeats()
 
 async def test_a_failed_heartbeat_is_left_to_aiokafka_s_routine(clock: Clock) -> None:
     coordinator = Coordinator(["failed"])
-    second_round.expect_second_round(coordinator)
+    second_round.start_prompt_heartbeats(coordinator)
     await second_round._heartbeat_routine(coordinator)
-    assert coordinator.events == ["heartbeat failed", "aiokafka's routine"]
+    assert coordinator.events == ["heartbeats started", "heartbeat failed", "aiokafka's routine"]
 
 
 async def test_only_the_heartbeats_right_after_the_join_are_prompt(clock: Clock) -> None:
     coordinator = Coordinator(["rebalancing"])
-    second_round.expect_second_round(coordinator)
+    second_round.start_prompt_heartbeats(coordinator)
     await second_round._heartbeat_routine(coordinator)
     coordinator.events.clear()
     await second_round._heartbeat_routine(coordinator)  # restarted, no join since
@@ -123,7 +130,8 @@ async def test_a_rejoin_stops_the_prompt_heartbeats_quietly(clock: Clock) -> Non
         stopped.set()
         await asyncio.Event().wait()  # cancelled here, as aiokafka stops its routine
 
-    second_round.expect_second_round(coordinator)
+    second_round.start_prompt_heartbeats(coordinator)
+    coordinator.events.clear()
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(second_round, "_sleep", stopping_sleep)
         task = asyncio.create_task(second_round._heartbeat_routine(coordinator))
@@ -138,6 +146,7 @@ class JoiningCoordinator(Coordinator):
 
     def __init__(self, keeps: bool) -> None:
         super().__init__([])
+        self._subscription.subscribe({"t"}, listener=Listener(self.events))
         owned = {TP("t", 0), TP("t", 1)}
         self._subscription.assign_from_subscribed(owned)
 
@@ -160,17 +169,40 @@ class JoiningCoordinator(Coordinator):
         self.rejoin = True
 
 
-@pytest.mark.parametrize(("keeps", "prompt"), [(True, True), (False, False)])
-async def test_a_cooperative_join_makes_the_next_heartbeats_prompt_an_eager_one_not(
-    monkeypatch: pytest.MonkeyPatch, keeps: bool, prompt: bool
+class Listener(ConsumerRebalanceListener):  # type: ignore[misc]
+    def __init__(self, events: list[str]) -> None:
+        self.events = events
+
+    async def on_partitions_revoked(self, revoked: Any) -> None:
+        self.events.append("listener: revoked")
+
+    async def on_partitions_assigned(self, assigned: Any) -> None:
+        self.events.append("listener: assigned")
+
+
+@pytest.mark.parametrize("keeps", [True, False])
+async def test_a_cooperative_join_starts_prompt_heartbeats_before_its_handlers_an_eager_one_not(
+    monkeypatch: pytest.MonkeyPatch, keeps: bool
 ) -> None:
-    async def aiokafka_step(self: Any, *args: Any) -> None:
+    async def prepare(self: Any, previous: Any) -> None:
         return None
 
-    monkeypatch.setattr(compat, "_original_on_join_prepare", aiokafka_step)
-    monkeypatch.setattr(compat, "_original_on_join_complete", aiokafka_step)
+    async def complete(self: Any, *args: Any) -> None:
+        await self._subscription.listener.on_partitions_assigned(set())
+
+    monkeypatch.setattr(compat, "_original_on_join_prepare", prepare)
+    monkeypatch.setattr(compat, "_original_on_join_complete", complete)
     coordinator = JoiningCoordinator(keeps)
     await compat._on_join_prepare(coordinator, coordinator._subscription.subscription.assignment)
     data = ConsumerProtocolMemberAssignment(0, [("t", [0])], b"").encode()
     await compat._on_join_complete(coordinator, 5, "m", "streamapp", data)
-    assert getattr(coordinator, "_streamapp_second_round", False) is prompt
+    if keeps:
+        assert coordinator.events == [
+            "heartbeats started",  # before Faust's handlers run, in the listener's calls
+            "listener: revoked",
+            "listener: assigned",
+        ]
+        assert getattr(coordinator, "_streamapp_second_round", False)
+    else:  # aiokafka's path: its own start, once the join step has returned
+        assert coordinator.events == ["listener: assigned"]
+        assert not getattr(coordinator, "_streamapp_second_round", False)
