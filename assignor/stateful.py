@@ -16,7 +16,8 @@
    in ``revoking`` of the member that held it, active nowhere this round, and
    no replica on that member either (it comes back as one in the follow-up);
    and listed in ``incoming`` of the member it was planned for, which claims
-   it in the follow-up's join so that round hands it to that member.
+   it in the follow-up's join so that round hands it to that member, and
+   holds a standby of its changelog partitions meanwhile.
 
 Steps 1-5 are `decide`; the eager result is built straight from its
 per-group arrays by `result.build_task_result`, the cooperative one
@@ -150,6 +151,28 @@ def _withhold_replicas_of_revoked(
                         del replicas[topic]
 
 
+def _keep_replicas_of_incoming(
+    scenario: Scenario, incoming: dict[str, dict[str, list[int]]], standby: _Placement
+) -> None:
+    """The member a withheld partition is planned for holds a standby of its changelog
+    partitions this round: a standby or warmup it has goes on replaying, store open, while
+    the old member gives the task up, and the follow-up promotes it in place, as it promotes
+    the standby of a crashed member's task, with only the tail to replay.
+
+    Planned as the task's active, the member got no replica of it (rule 4): without this, it
+    gave up its caught-up warmup (closing its stores) for the one round in which nobody
+    processes the partition, and reopened them in the follow-up. A changelog partition that
+    turns from standby to active is not newly assigned, and the worker recovers the promoted
+    partition from its store's offset (`streamapp.faust_compat.recovery`).
+    """
+    for member_id, by_topic in incoming.items():
+        for topic, planned in by_topic.items():
+            if topic not in scenario.changelog_topics:
+                continue
+            replicas = standby[member_id]
+            replicas[topic] = sorted({*replicas.get(topic, ()), *planned})
+
+
 def decide(scenario: Scenario, grouping: Grouping) -> tuple[Decision, int]:
     """Steps 1-5 of the module docs: the decision, and how many tasks were held back."""
     groups = list(grouping.groups)
@@ -195,6 +218,7 @@ def assign_stateful(scenario: Scenario, grouping: Grouping) -> dict[str, Any]:
     active, standby, warmup = placements(grouping, decision)
     active, revoking, incoming = _revoke_moving_partitions(scenario, active)
     _withhold_replicas_of_revoked(revoking, standby, warmup)
+    _keep_replicas_of_incoming(scenario, incoming, standby)
     return build_result(
         "stateful",
         scenario,

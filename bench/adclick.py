@@ -23,7 +23,9 @@ attribution's latency (as above) falls in the steady-state window or the scale-o
 when its later input record was produced; the p99 of each, and their ratio, are printed (the
 issue's target: at most 2x).
 
-Prints one table and the streamapp/spark ratios, then the scale-out table. The run's data dir
+Prints one table and the streamapp/spark ratios, then the scale-out table and, for each
+protocol, its breakdown: the join partitions that moved to another worker against those that
+stayed, and the scale-out second by second (docs/rebalance-pauses.md). The run's data dir
 (the workers' data and logs, the broker's, Spark's checkpoints) is deleted at the end, unless
 ``--keep``: then it stays, and its worker logs are listed. Never part of the tests.
 """
@@ -46,7 +48,17 @@ from pathlib import Path
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from bench.lib.latency import in_window, percentile
+from bench.lib.latency import (
+    Sample,
+    Second,
+    Side,
+    in_window,
+    moved_partitions,
+    over,
+    percentile,
+    side,
+    timeline,
+)
 from examples.adclick import kafka_io
 from examples.adclick.cluster import Worker, active_partitions, stop_all, wait_until_assigned
 from examples.adclick.events import TrafficConfig
@@ -119,10 +131,11 @@ class OutputProbe:
 
 async def _input_times(
     bootstrap: str, topology: Topology, since: dict[TopicPartition, int]
-) -> tuple[dict[str, int], dict[str, tuple[str, int]]]:
-    """CreateTime of each impression (by auction) and click (by click id: auction, time)."""
+) -> tuple[dict[str, int], dict[str, tuple[str, int, int]]]:
+    """CreateTime of each impression (by auction) and click (by click id: auction, time,
+    partition)."""
     impressions: dict[str, int] = {}
-    clicks: dict[str, tuple[str, int]] = {}
+    clicks: dict[str, tuple[str, int, int]] = {}
     for topic in (topology.impressions, topology.clicks):
         for r in await kafka_io.read_all(bootstrap, topic):
             if r.offset < since.get(TopicPartition(r.topic, r.partition), 0):
@@ -134,7 +147,7 @@ async def _input_times(
             if topic == topology.impressions:
                 impressions.setdefault(obj["auction_id"], r.timestamp_ms)
             else:
-                clicks.setdefault(obj["click_id"], (obj["auction_id"], r.timestamp_ms))
+                clicks.setdefault(obj["click_id"], (obj["auction_id"], r.timestamp_ms, r.partition))
     return impressions, clicks
 
 
@@ -144,17 +157,17 @@ async def _latencies(
     since: dict[TopicPartition, int],
     probe: OutputProbe,
     seed: int,
-) -> list[tuple[float, float]]:
-    """(when the later input record was produced, ms from it to the attribution read), for each
-    attribution of traffic ``seed`` the probe saw."""
+) -> list[Sample]:
+    """(when the later input record was produced, ms from it to the attribution read, the join
+    partition), for each attribution of traffic ``seed`` the probe saw."""
     impressions, clicks = await _input_times(bootstrap, topology, since)
     out = []
     for click_id, seen_at in probe.seen.items():
         if not click_id.startswith(f"c{seed}-") or click_id not in clicks:
             continue
-        auction_id, click_ts = clicks[click_id]
+        auction_id, click_ts, partition = clicks[click_id]
         later_input_ms = max(click_ts, impressions.get(auction_id, click_ts))
-        out.append((later_input_ms / 1000, seen_at * 1000 - later_input_ms))
+        out.append(Sample(later_input_ms / 1000, seen_at * 1000 - later_input_ms, partition))
     return out
 
 
@@ -193,7 +206,7 @@ async def measure(
         produced = await produce(bootstrap, cfg, topology, progress=None)
         await _wait_for(probe, latency_seed, produced.truth.in_window_clicks, args.timeout)
         latencies = [
-            ms for _, ms in await _latencies(bootstrap, topology, since, probe, latency_seed)
+            s.ms for s in await _latencies(bootstrap, topology, since, probe, latency_seed)
         ]
         cuts = statistics.quantiles(latencies, n=100, method="inclusive")
 
@@ -296,6 +309,17 @@ class ScaleOutResult:
     scale_out_seconds: float  # from the fourth worker's start to the group settled again
     steady_attributions: int
     scale_out_attributions: int
+    #: The breakdown (see `breakdown_lines`): the join partitions whose owner changed, the
+    #: scale-out window's samples of those and of the others, the p99 of the scale-out window
+    #: stretched to the traffic's end (``--tail-s`` past the settle), and that stretched window
+    #: second by second.
+    moved: tuple[int, ...] = ()
+    moved_side: Side | None = None
+    stayed_side: Side | None = None
+    with_tail_p99_ms: float | None = None
+    seconds: tuple[Second, ...] = ()
+    slow: tuple[Sample, ...] = ()  # the scale-out window's samples over twice the steady p99
+    joined_at: float = 0.0
 
     @property
     def ratio(self) -> float | None:
@@ -314,6 +338,15 @@ def _protocol_worker(
         STREAMAPP_STATIC_MEMBERSHIP="true",
     )
     return worker
+
+
+def _owners(workers: list[Worker], topic: str) -> dict[int, str]:
+    """Which worker holds each partition of ``topic`` active, as the workers say now."""
+    owners: dict[int, str] = {}
+    for w in workers:
+        for p in active_partitions([w.assignment()], topic):
+            owners[p] = w.name
+    return owners
 
 
 def _settled(workers: list[Worker], topology: Topology, newcomer: Worker | None) -> bool:
@@ -363,6 +396,7 @@ async def measure_scale_out(
         traffic_started = time.time()
         traffic = asyncio.create_task(produce(bootstrap, cfg, topology, progress=None))
         await asyncio.sleep(args.steady_s)
+        owners_before = await asyncio.to_thread(_owners, workers, topology.impressions)
         joined = time.time()
         say(f"{protocol}: a fourth worker joins")
         newcomer.start()
@@ -379,6 +413,7 @@ async def measure_scale_out(
             await asyncio.sleep(0.5)
         settled = time.time()
         say(f"{protocol}: settled {settled - joined:.1f} s after the join")
+        owners_after = await asyncio.to_thread(_owners, group, topology.impressions)
         # The traffic goes on past the settle for --tail-s, then stops (the rest is not sent).
         await asyncio.sleep(args.tail_s)
         traffic.cancel()
@@ -390,14 +425,24 @@ async def measure_scale_out(
         # The first seconds warm the workers' caches: steady state starts a quarter in.
         steady = in_window(samples, traffic_started + args.steady_s / 4, joined)
         during = in_window(samples, joined, settled)
+        moved = moved_partitions(owners_before, owners_after)
+        window = [s for s in samples if joined <= s.at < settled]
+        steady_p99 = percentile(steady, 99)
         return ScaleOutResult(
             protocol=protocol,
             steady_p50_ms=percentile(steady, 50),
-            steady_p99_ms=percentile(steady, 99),
+            steady_p99_ms=steady_p99,
             scale_out_p99_ms=percentile(during, 99),
             scale_out_seconds=settled - joined,
             steady_attributions=len(steady),
             scale_out_attributions=len(during),
+            moved=tuple(sorted(moved)),
+            moved_side=side(window, moved, moved=True),
+            stayed_side=side(window, moved, moved=False),
+            with_tail_p99_ms=percentile(in_window(samples, joined, settled + args.tail_s), 99),
+            seconds=tuple(timeline(samples, joined, settled + args.tail_s, moved)),
+            slow=tuple(over(samples, joined, settled, 2 * steady_p99)) if steady_p99 else (),
+            joined_at=joined,
         )
     finally:
         await probe.stop()
@@ -467,6 +512,38 @@ def scale_out_table(results: list[ScaleOutResult], args: argparse.Namespace) -> 
             f"{f'{r.steady_attributions}/{r.scale_out_attributions}':>15}"
         )
     return "\n".join(lines)
+
+
+def breakdown_lines(r: ScaleOutResult, args: argparse.Namespace) -> list[str]:
+    """Where a scale-out's latency tail comes from: the partitions that moved to another worker
+    against those that stayed, and when (seconds after the fourth worker's start, by input
+    time), up to the traffic's end."""
+
+    def ms(value: float | None) -> str:
+        return "-" if value is None else f"{value:.0f}"
+
+    def kind(name: str, s: Side | None) -> str:
+        if s is None:
+            return f"{name} -"
+        return f"{name} {s.count} attributions, p99 {ms(s.p99_ms)} ms, max {ms(s.max_ms)} ms"
+
+    moved = set(r.moved)
+    slow_moved = sum(1 for s in r.slow if s.partition in moved)
+    lines = [
+        f"{r.protocol}: join partitions moved {', '.join(map(str, r.moved)) or 'none'}; "
+        f"scale-out window: {kind('moved', r.moved_side)}; {kind('stayed', r.stayed_side)}",
+        f"{r.protocol}: over twice the steady p99: {slow_moved} of moved partitions, "
+        f"{len(r.slow) - slow_moved} of stayed ones; scale-out p99 with the {args.tail_s:.0f} s "
+        f"after the settle: {ms(r.with_tail_p99_ms)} ms",
+        f"{r.protocol}: second after the join: stayed n/p99/max ms | moved n/p99/max ms",
+    ]
+    for sec in r.seconds:
+        lines.append(
+            f"  +{sec.offset_s:<3d} {sec.stayed.count:>4} {ms(sec.stayed.p99_ms):>5} "
+            f"{ms(sec.stayed.max_ms):>5} | {sec.moved.count:>4} {ms(sec.moved.p99_ms):>5} "
+            f"{ms(sec.moved.max_ms):>5}"
+        )
+    return lines
 
 
 def table(results: list[EngineResult]) -> str:
@@ -566,6 +643,8 @@ def main(argv: list[str] | None = None) -> int:
             print(table(results))
         if scale_outs:
             print(scale_out_table(scale_outs, args))
+            for r in scale_outs:
+                print("\n".join(breakdown_lines(r, args)))
         return 0
     finally:
         if broker is not None:

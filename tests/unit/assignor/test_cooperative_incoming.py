@@ -61,3 +61,48 @@ def test_the_second_round_places_withheld_partitions_where_the_first_moved_them(
     assert second["revoking"] == {}
     assert "incoming" not in second
     assert second["followup_rebalance"] is False
+
+
+CHANGELOG = "words-changelog"
+
+
+def _stateful(client: str, owned: list[int], standby: list[int]) -> dict[str, Any]:
+    return {
+        "client_id": client,
+        "host": client,
+        "subscription": [TOPIC, CHANGELOG],
+        "generation": 11,
+        "owned_active": {TOPIC: owned, CHANGELOG: owned} if owned else {},
+        "kept_active": {TOPIC: owned, CHANGELOG: owned} if owned else {},
+        "owned_standby": {CHANGELOG: standby} if standby else {},
+        # Every copy caught up: the newcomer's warmup of partitions 4 and 5 included.
+        "offsets": {CHANGELOG: {str(p): 100 for p in {*owned, *standby}}},
+    }
+
+
+def test_the_member_a_partition_is_withheld_from_keeps_a_standby_of_its_changelog() -> None:
+    # d joined and warmed up tasks 4 and 5; this round moves one of them to it.
+    first = plan(
+        {
+            "topics": {TOPIC: 6, CHANGELOG: 6},
+            "changelog_topics": [CHANGELOG],
+            "num_standbys": 0,
+            "protocol": "cooperative",
+            "end_offsets": {CHANGELOG: {str(p): 100 for p in range(6)}},
+            "members": {
+                "a": _stateful("w1", [0, 1], []),
+                "b": _stateful("w2", [2, 3], []),
+                "c": _stateful("w3", [4, 5], []),
+                "d": _stateful("w4", [], [4, 5]),
+            },
+        }
+    )
+    withheld = first["incoming"]["d"][CHANGELOG]
+    assert withheld and set(withheld) <= {4, 5}
+    assert first["revoking"]["c"][CHANGELOG] == withheld
+    d = first["members"]["d"]
+    assert not set(withheld) & set(d["active"].get(CHANGELOG, []))
+    # Its warmed-up store goes on replaying through the round nobody processes the task in
+    # (not given up and reopened in the follow-up); the old member holds no copy meanwhile.
+    assert set(withheld) <= set(d["standby"][CHANGELOG])
+    assert not set(withheld) & set(first["members"]["c"]["standby"].get(CHANGELOG, []))
