@@ -3,7 +3,8 @@
 It gathers facts and applies decisions, and decides nothing itself:
 
 - ``metadata()``: this worker's identity, what it held, and the changelog offsets of every local
-  store on disk (`tables.inventory.LocalStateInventory`), encoded by `assignor.metadata_codec`.
+  store on disk (`tables.inventory.LocalStateInventory`; a store open here by the offset noted
+  as it was written, `streamapp.faust_compat.store_offsets`), encoded by `assignor.metadata_codec`.
 - ``assign()`` (group leader): every member decoded into a plan.md scenario
   (`streamapp.group_scenario`), `assignor.plan` called, each member's share encoded. The leader
   trusts only what it can check: a member whose metadata does not decode gets no work; offsets
@@ -48,6 +49,7 @@ from assignor.metadata_codec import (
 from standby.replica_offsets import with_applied
 from standby.runtime import ReplicaRuntime
 from streamapp.faust_compat import incremental as faust_incremental
+from streamapp.faust_compat import store_offsets
 from streamapp.faust_compat.access import (
     assignor_url,
     install_assignment,
@@ -173,7 +175,10 @@ class StreamappPartitionAssignor(FaustPartitionAssignor):
         return LocalStateInventory(Path(self.app.conf.tabledir), changelogs)
 
     def metadata(self, topics: set[str]) -> ConsumerProtocolMemberMetadata:
-        offsets = self.inventory().offsets()
+        # Stores open here are not opened again: their offsets are noted as they are written.
+        offsets = self.inventory().offsets(
+            known=store_offsets.open_offsets(self.app.tables.values())
+        )
         runtime = self.runtime
         if runtime is not None:
             # A replica's records are written to its store in batches: report what was applied.

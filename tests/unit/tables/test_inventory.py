@@ -58,3 +58,19 @@ def test_missing_dir_and_unreadable_store(tmp_path: Path, caplog) -> None:  # ty
     assert inventory.offsets() == {"app-counts-changelog": {4: 8}}
     warnings = [r for r in caplog.records if "counts-2.db" in r.getMessage()]
     assert len(warnings) == 1
+
+
+def test_known_offsets_of_open_stores_are_not_read_from_disk(tmp_path: Path) -> None:
+    _store(tmp_path, "counts-0.db", 41)
+    _store(tmp_path, "counts-1.db", 7)
+    _store(tmp_path, "counts-2.db", 3)
+    (tmp_path / "counts-3.db").mkdir()  # unreadable, but open and known here: not read
+    known = {
+        ("counts", 0): 50,  # written since by the process that has it open
+        ("counts", 2): None,  # open, nothing applied (known so: not read)
+        ("counts", 3): 12,
+        ("counts", 5): 99,  # no store on disk: not reported
+    }
+    assert LocalStateInventory(tmp_path, CHANGELOGS).offsets(known=known) == {
+        "app-counts-changelog": {0: 51, 1: 8, 3: 13}
+    }
