@@ -131,6 +131,7 @@ class StreamappPartitionAssignor(FaustPartitionAssignor):
         #: Whether Faust's handlers are running for a join this worker kept its partitions
         #: through (read by `streamapp.faust_compat.incremental`).
         self.incremental_join = False
+        self._inventory: LocalStateInventory | None = None
         #: Refreshes the leader's metadata until the topics its last plan left out are known.
         self._left_out: LeftOutTopics | None = None
 
@@ -172,7 +173,12 @@ class StreamappPartitionAssignor(FaustPartitionAssignor):
             for table in self.app.tables.values()
             if not table.is_global
         }
-        return LocalStateInventory(Path(self.app.conf.tabledir), changelogs)
+        tabledir = Path(self.app.conf.tabledir)
+        kept = self._inventory
+        if kept is None or kept.tabledir != tabledir or kept.changelog_topics != changelogs:
+            # Kept from join to join: it reads a store nobody has open once (tables.inventory).
+            kept = self._inventory = LocalStateInventory(tabledir, changelogs)
+        return kept
 
     def metadata(self, topics: set[str]) -> ConsumerProtocolMemberMetadata:
         # Stores open here are not opened again: their offsets are noted as they are written.

@@ -114,6 +114,7 @@ def test_metadata_reads_the_offsets_of_stores_open_here_without_opening_them(
     store.set_persisted_offset(TP(CHANGELOG, 1), 120)
     decoded = decode_metadata(_assignor(app).metadata({"words", CHANGELOG}).user_data)
     assert decoded.offsets == {CHANGELOG: {1: 121, 3: 1}}
+    assert read == ["counts-3.db"]  # unchanged since its read at the first join
 
 
 def test_metadata_reports_what_recovery_applied_of_a_replica_beyond_its_store(
