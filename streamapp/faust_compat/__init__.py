@@ -184,6 +184,7 @@ PRIVATE_NAMES: dict[str, tuple[str, ...]] = {
         "_set",
     ),
     "faust.tables.base:Collection": (
+        "_data",  # store_offsets: a table's store, read only if created
         "_maybe_set_key_ttl",
         "_sensor_on_set",
         "_maybe_del_key_ttl",  # encode_once: a deletion in a batch, as Faust's on_key_del

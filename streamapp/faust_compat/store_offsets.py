@@ -23,8 +23,9 @@ the GIL), and never touches a handle, so a handle closed meanwhile (`store_revok
 read. The answer is as of that copy, like the disk read it replaces.
 
 Faust private names this module uses (`streamapp.faust_compat.PRIVATE_NAMES`):
-``faust.stores.rocksdb.Store._dbs``; its ``_open_for_partition`` is wrapped by `store_revoke`,
-which calls `opened` here.
+``faust.stores.rocksdb.Store._dbs``, ``faust.tables.base.Collection._data`` (a table's store, if
+created); the store's ``_open_for_partition`` is wrapped by `store_revoke`, which calls `opened`
+here.
 """
 
 from __future__ import annotations
@@ -87,11 +88,13 @@ def store_offsets(store: Any) -> dict[int, int | None]:
 def open_offsets(tables: Iterable[Any]) -> dict[tuple[str, int], int | None]:
     """(table name, partition) -> last applied offset, for every store of ``tables`` open here.
 
-    Tables whose data is not Faust's RocksDB store (in-memory ones) have no stores on disk.
+    Tables whose data is not Faust's RocksDB store (in-memory ones) have no stores on disk. A
+    table whose store is not created yet has none open: its store is not created here (this
+    runs on the consumer thread, and a store created there would take that thread's loop).
     """
     found: dict[tuple[str, int], int | None] = {}
     for table in tables:
-        store = table.data
+        store = vars(table).get("_data")
         if isinstance(store, RocksDBStore):
             for partition, offset in store_offsets(store).items():
                 found[(table.name, partition)] = offset

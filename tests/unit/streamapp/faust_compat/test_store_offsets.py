@@ -105,3 +105,10 @@ def test_the_inventory_opens_only_the_stores_not_open_here(
         changelog: {0: 11, 1: 21, 2: 31}
     }
     assert [path.name for path in read] == ["counts-2.db"]
+
+
+def test_a_table_whose_store_is_not_created_has_none_open_and_gets_none(tmp_path: Path) -> None:
+    app = streamapp.App("offsets-test-unstarted", datadir=str(tmp_path))
+    table = app.Table("counts", partitions=4)
+    assert store_offsets.open_offsets([table]) == {}
+    assert vars(table).get("_data") is None  # not created on the caller's (consumer) thread
