@@ -1,5 +1,5 @@
-"""A rebalance's stores are opened one per turn of the event loop, after their closes (a real
-Store on disk, no broker; see `streamapp.faust_compat.recovery._one_store_a_turn`)."""
+"""A rebalance's stores are opened one at a time with the event loop running between, after
+their closes (a real Store on disk, no broker; see `streamapp.faust_compat.recovery`)."""
 
 from __future__ import annotations
 
@@ -36,8 +36,10 @@ async def test_the_stores_a_rebalance_assigns_are_opened_one_per_turn(table: Any
         stepped.extend(tp.partition for tp in tps)
         recovery._open_store(table, tps)
 
+    done = False
+
     async def watch() -> None:
-        while len(seen) < 20:
+        while not done:
             seen.append(open_store_partitions(store))
             await asyncio.sleep(0)
 
@@ -45,16 +47,20 @@ async def test_the_stores_a_rebalance_assigns_are_opened_one_per_turn(table: Any
     await asyncio.sleep(0)
     tps = {_changelog(table, p) for p in range(4)} | {TP("counts-source", 2)}
     await recovery._one_store_a_turn(table, tps, step)
+    await asyncio.sleep(0)  # the watcher sees the last open too
+    done = True
     await watcher
     assert stepped == [0, 2, 3]
     assert open_store_partitions(store) == {0, 1, 2, 3}
-    # Between two opens the loop ran other work: every set of open stores in between was seen.
+    # Between two opens the loop ran other work, for several turns: every set of open stores
+    # in between was seen, each more than once.
     assert [s for i, s in enumerate(seen) if i == 0 or s != seen[i - 1]] == [
         {1},
         {0, 1},
         {0, 1, 2},
         {0, 1, 2, 3},
     ]
+    assert all(seen.count(s) > 1 for s in ({1}, {0, 1}, {0, 1, 2}))
     assert store.persisted_offset(_changelog(table, 1)) == 7
 
 
