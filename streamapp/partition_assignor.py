@@ -3,7 +3,8 @@
 It gathers facts and applies decisions, and decides nothing itself:
 
 - ``metadata()``: this worker's identity, what it held, and the changelog offsets of every local
-  store on disk (`tables.inventory.LocalStateInventory`), encoded by `assignor.metadata_codec`.
+  store on disk (`tables.inventory.LocalStateInventory`; a store open here by the offset noted
+  as it was written, `streamapp.faust_compat.store_offsets`), encoded by `assignor.metadata_codec`.
 - ``assign()`` (group leader): every member decoded into a plan.md scenario
   (`streamapp.group_scenario`), `assignor.plan` called, each member's share encoded. The leader
   trusts only what it can check: a member whose metadata does not decode gets no work; offsets
@@ -48,6 +49,7 @@ from assignor.metadata_codec import (
 from standby.replica_offsets import with_applied
 from standby.runtime import ReplicaRuntime
 from streamapp.faust_compat import incremental as faust_incremental
+from streamapp.faust_compat import store_offsets
 from streamapp.faust_compat.access import (
     assignor_url,
     install_assignment,
@@ -129,6 +131,7 @@ class StreamappPartitionAssignor(FaustPartitionAssignor):
         #: Whether Faust's handlers are running for a join this worker kept its partitions
         #: through (read by `streamapp.faust_compat.incremental`).
         self.incremental_join = False
+        self._inventory: LocalStateInventory | None = None
         #: Refreshes the leader's metadata until the topics its last plan left out are known.
         self._left_out: LeftOutTopics | None = None
 
@@ -170,10 +173,18 @@ class StreamappPartitionAssignor(FaustPartitionAssignor):
             for table in self.app.tables.values()
             if not table.is_global
         }
-        return LocalStateInventory(Path(self.app.conf.tabledir), changelogs)
+        tabledir = Path(self.app.conf.tabledir)
+        kept = self._inventory
+        if kept is None or kept.tabledir != tabledir or kept.changelog_topics != changelogs:
+            # Kept from join to join: it reads a store nobody has open once (tables.inventory).
+            kept = self._inventory = LocalStateInventory(tabledir, changelogs)
+        return kept
 
     def metadata(self, topics: set[str]) -> ConsumerProtocolMemberMetadata:
-        offsets = self.inventory().offsets()
+        # Stores open here are not opened again: their offsets are noted as they are written.
+        offsets = self.inventory().offsets(
+            known=store_offsets.open_offsets(self.app.tables.values())
+        )
         runtime = self.runtime
         if runtime is not None:
             # A replica's records are written to its store in batches: report what was applied.

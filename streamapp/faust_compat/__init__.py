@@ -22,7 +22,9 @@ reader's metadata of topics it finds unknown (`unknown_topics`); aiokafka's prod
 metadata refreshes, spaced by its retry backoff (`producer_metadata`); the share of a round of
 its fetch loop that changelog records take (`replica_share`) and stream records take, of each
 partition and in all (`partition_share`); its RocksDB store's revocation, closing stores off
-the event loop and without a full garbage collection at every rebalance (`store_revoke`).
+the event loop and without a full garbage collection at every rebalance (`store_revoke`); the
+persisted offsets of its open stores, noted as they are written, for the join metadata
+(`store_offsets`).
 Every private name those rely on is listed in `PRIVATE_NAMES` below, and nowhere else in
 streamapp is one named (a unit test reads every module for them).
 
@@ -178,7 +180,7 @@ PRIVATE_NAMES: dict[str, tuple[str, ...]] = {
         "_retry_backoff",  # producer_metadata: the backoff between them
     ),
     "faust.stores.rocksdb:Store": (
-        "_dbs",
+        "_dbs",  # access, store_revoke, store_offsets, window_expiry: the open handles
         "_key_index",
         "_open_for_partition",  # store_revoke: a store still locked here, collected and retried
     ),
@@ -191,6 +193,7 @@ PRIVATE_NAMES: dict[str, tuple[str, ...]] = {
         "_set",
     ),
     "faust.tables.base:Collection": (
+        "_data",  # store_offsets: a table's store, read only if created
         "_maybe_set_key_ttl",
         "_sensor_on_set",
         "_maybe_del_key_ttl",  # encode_once: a deletion in a batch, as Faust's on_key_del

@@ -16,6 +16,7 @@ from streamapp.faust_compat import (
     incremental,
     producer_metadata,
     producer_wait,
+    store_offsets,
     store_revoke,
 )
 from streamapp.faust_compat.transport import Transport
@@ -27,6 +28,9 @@ class FaustApp(faust.App):
         # with no garbage collection (`store_revoke`). Faust's revocation stopped every
         # partition a worker kept, at each rebalance.
         store_revoke.install()
+        # The offset of every store open here, noted as it is written: the join metadata
+        # reads those instead of opening each store again (`store_offsets`).
+        store_offsets.install()
         super().__init__(id, **options)
 
     async def maybe_start_producer(self) -> ProducerT:

@@ -77,7 +77,8 @@ from faust.types.transports import ConsumerT
 from mode import Service
 from mode.utils.queues import ThrowableQueue
 
-from streamapp.faust_compat import incremental
+from streamapp.faust_compat import incremental, store_revoke
+from streamapp.faust_compat.access import open_store_partitions
 from streamapp.faust_compat.transport import Consumer
 from tables import store_guard
 from tables.damaged import offset_beyond_end, records_missing_before_start
@@ -563,6 +564,56 @@ class ChangelogQueue(ThrowableQueue[Any]):
             self.skipped += 1
 
 
+#: How long the event loop runs other work before each store a rebalance opens. One turn of the
+#: loop (``sleep(0)``) was not enough: a tick of a kept partition takes several turns from its
+#: fetch to its agent, and with an open in every turn it waited for several opens (the stall
+#: sampler still saw stalls spanning 2 to 8 opens). Each open costs 25 ms (median, load 9), so a
+#: rebalance that opens six stores takes 60 ms longer, on the partitions it gains only.
+PAUSE_BETWEEN_OPENS = 0.01
+
+
+async def _one_store_a_turn(
+    table: Any, tps: set[TP], step: Callable[[Any, list[TP]], object]
+) -> None:
+    """``step`` for each of the table's changelog partitions in ``tps`` whose store is not open
+    here, one per turn of the event loop.
+
+    Both steps open a RocksDB store: the check for damage a read-only one, Faust's recovery (its
+    ``add_standby`` and ``add_active``, which read each store's persisted offset) the store
+    itself. Faust opens every store a rebalance assigns in one go, without yielding, and
+    rocksdict holds the GIL through an open (tens of ms on a busy machine, more to create a
+    store): run on a thread, an open stops the event loop just the same. A worker given several
+    replicas at once (a rolling restart, a scale-out) stopped the partitions it kept for the sum
+    of those opens; here each stop is one open, and the kept partitions' records are processed
+    between them.
+    """
+    store = store_guard.rocksdb_store(table)
+    if store is None:
+        return
+    topic = store_guard.changelog_topic(table)
+    for tp in sorted(tp for tp in tps if tp.topic == topic):
+        if tp.partition in open_store_partitions(store):
+            continue  # open already: neither step has anything to do
+        closing = store_revoke.closing(store).get(tp.partition)
+        if closing is not None:
+            # Revoked a moment ago: its close (off the event loop) releases the store's lock.
+            await asyncio.wrap_future(closing)
+        else:
+            await asyncio.sleep(PAUSE_BETWEEN_OPENS)
+        if tp.partition not in open_store_partitions(store):
+            step(table, [tp])
+
+
+def _open_store(table: Any, tps: list[TP]) -> None:
+    """Open the stores of ``tps`` as Faust's recovery would, reading their persisted offsets."""
+    for tp in tps:
+        try:
+            table.persisted_offset(tp)
+        except Exception as exc:  # rocksdict raises plain Exception
+            # Left to Faust's own open, next: it retries a lock and raises anything else.
+            logger.debug("streamapp: store %s %s not opened ahead: %s", table.name, tp, exc)
+
+
 class TableManager(FaustTableManager):
     """Faust's table manager, recovering through `Recovery` (set as ``TableManager``).
 
@@ -613,11 +664,13 @@ class TableManager(FaustTableManager):
         # The active ones are marked first: from here agents may write to them, and after a
         # crash under exactly_once a marked store is discarded (tables.clean_shutdown).
         actives = self.app.assignor.assigned_actives()
+        standbys = self.app.assignor.assigned_standbys()
         for table in self.values():
             store_guard.mark_assigned_actives(table, actives)
-            store_guard.set_aside_unreadable(table, assigned)
+            await _one_store_a_turn(table, assigned, store_guard.set_aside_unreadable)
             count = self.app.consumer.topic_partitions(store_guard.changelog_topic(table))
             store_guard.set_aside_beyond_partition_count(table, count)
+            await _one_store_a_turn(table, actives | standbys, _open_store)
         await super().on_rebalance(assigned, revoked, newly_assigned, generation_id)
 
     @property

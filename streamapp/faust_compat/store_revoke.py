@@ -43,6 +43,8 @@ from faust.stores.rocksdb import Store as RocksDBStore
 from faust.types import TP
 from faust.types.tables import CollectionT
 
+from streamapp.faust_compat import store_offsets
+
 logger = logging.getLogger(__name__)
 
 #: What RocksDB says when the lock of a store is held by the process trying to open it
@@ -119,19 +121,22 @@ def _open_for_partition(self: Any, partition: int) -> Any:
         # lock is held until then.
         under_way.result()
     try:
-        return _original_open_for_partition(self, partition)
+        db = _original_open_for_partition(self, partition)
     except Exception as exc:  # rocksdict raises plain Exception
         if LOCK_HELD_HERE not in str(exc):
             raise
-    # A handle of this store, dropped by a revocation, is still alive in a reference cycle.
-    logger.info(
-        "streamapp: store %s partition %d is still locked by this worker; collecting the "
-        "handle a reference cycle kept alive, then opening it again",
-        self.table.name,
-        partition,
-    )
-    gc.collect()
-    return _original_open_for_partition(self, partition)
+        # A handle of this store, dropped by a revocation, is still alive in a reference cycle.
+        logger.info(
+            "streamapp: store %s partition %d is still locked by this worker; collecting the "
+            "handle a reference cycle kept alive, then opening it again",
+            self.table.name,
+            partition,
+        )
+        gc.collect()
+        db = _original_open_for_partition(self, partition)
+    # Every open comes here: the join metadata reads this handle's offset from what is noted.
+    store_offsets.opened(self, partition, db)
+    return db
 
 
 _original_open_for_partition: Callable[[Any, int], Any] = RocksDBStore._open_for_partition

@@ -31,11 +31,12 @@ from assignor.metadata_codec import (
     encode_assignment,
     encode_metadata,
 )
+from streamapp.faust_compat import store_offsets
 from streamapp.faust_compat.transport import ConsumerThread
 from streamapp.group_scenario import kafka_partitions
 from streamapp.partition_assignor import PROTOCOL_NAME, StreamappPartitionAssignor
 from streamapp.settings import StreamappSettings
-from tables.inventory import OFFSET_KEY
+from tables.inventory import OFFSET_KEY, read_persisted_offset
 
 CHANGELOG = "sa-test-counts-changelog"
 
@@ -91,6 +92,29 @@ def test_metadata_reports_identity_and_every_local_store(app: faust.App) -> None
     assert (decoded.host, decoded.rack, decoded.capacity) == ("h1", "r1", 2)
     assert decoded.offsets == {CHANGELOG: {1: 100, 3: 1}}
     assert decoded.url == str(app.conf.canonical_url)
+
+
+def test_metadata_reads_the_offsets_of_stores_open_here_without_opening_them(
+    app: faust.App, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store_offsets.install()  # as streamapp.App does; this app is a plain faust.App
+    _store(app, 3, 0)  # on disk only
+    store = app.tables["counts"].data
+    store.set_persisted_offset(TP(CHANGELOG, 1), 99)  # opens its store, as a recovery does
+    read: list[str] = []
+
+    def reading(path: Path) -> int | None:
+        read.append(path.name)
+        return read_persisted_offset(path)
+
+    monkeypatch.setattr("tables.inventory.read_persisted_offset", reading)
+    decoded = decode_metadata(_assignor(app).metadata({"words", CHANGELOG}).user_data)
+    assert decoded.offsets == {CHANGELOG: {1: 100, 3: 1}}
+    assert read == ["counts-3.db"]
+    store.set_persisted_offset(TP(CHANGELOG, 1), 120)
+    decoded = decode_metadata(_assignor(app).metadata({"words", CHANGELOG}).user_data)
+    assert decoded.offsets == {CHANGELOG: {1: 121, 3: 1}}
+    assert read == ["counts-3.db"]  # unchanged since its read at the first join
 
 
 def test_metadata_reports_what_recovery_applied_of_a_replica_beyond_its_store(
