@@ -102,6 +102,7 @@ from aiokafka.protocol.commit import OffsetCommitRequest
 
 from streamapp.faust_compat import second_round
 from streamapp.faust_compat.incremental import partitions_text
+from streamapp.faust_compat.once import once
 
 logger = logging.getLogger(__name__)
 
@@ -428,15 +429,11 @@ _original_perform_group_join: Callable[[Any], Awaitable[Any]] = (
 _original_send_sync_group_request: Callable[[Any, Any], Awaitable[Any]] = (
     aiokafka_gc.CoordinatorGroupRebalance._send_sync_group_request
 )
-_installed = False
 
 
+@once
 def install() -> None:
-    """Patch aiokafka's coordinator classes for this process (idempotent)."""
-    global _installed
-    if _installed:
-        return
-    _installed = True
+    """Patch aiokafka's coordinator classes for this process."""
     rebalance = aiokafka_gc.CoordinatorGroupRebalance
     rebalance.perform_group_join = _perform_group_join
     rebalance._send_sync_group_request = _send_sync_group_request

@@ -35,6 +35,8 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.client import AIOKafkaClient
 from aiokafka.producer.sender import Sender
 
+from streamapp.faust_compat.once import once
+
 if not callable(getattr(AIOKafkaClient, "force_metadata_update", None)) or "client" not in (
     inspect.signature(Sender.__init__).parameters
 ):
@@ -44,7 +46,6 @@ if not callable(getattr(AIOKafkaClient, "force_metadata_update", None)) or "clie
     )
 
 _original_start = AIOKafkaProducer.start
-_installed = False
 
 
 class SpacedRefresh:
@@ -133,9 +134,7 @@ async def _start(self: Any) -> None:
     await _original_start(self)
 
 
+@once
 def install() -> None:
-    """Wrap ``AIOKafkaProducer.start`` for this process (idempotent)."""
-    global _installed
-    if not _installed:
-        _installed = True
-        AIOKafkaProducer.start = _start
+    """Wrap ``AIOKafkaProducer.start`` for this process."""
+    AIOKafkaProducer.start = _start

@@ -28,6 +28,8 @@ from aiokafka import errors as kafka_errors
 from aiokafka.client import AIOKafkaClient
 from aiokafka.cluster import ClusterMetadata
 
+from streamapp.faust_compat.once import once
+
 #: The longest wait between two metadata refreshes while a partition is missing.
 MAX_WAIT_S = 5.0
 
@@ -46,7 +48,6 @@ if (
     )
 
 _original_send = AIOKafkaProducer.send
-_installed = False
 
 
 def _known(producer: Any, topic: str, partition: int) -> bool:
@@ -84,9 +85,7 @@ async def _send(
     return await _original_send(self, topic, value, key, *args, **kw)
 
 
+@once
 def install() -> None:
-    """Wrap ``AIOKafkaProducer.send`` for this process (idempotent)."""
-    global _installed
-    if not _installed:
-        _installed = True
-        AIOKafkaProducer.send = _send
+    """Wrap ``AIOKafkaProducer.send`` for this process."""
+    AIOKafkaProducer.send = _send

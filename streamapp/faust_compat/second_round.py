@@ -38,6 +38,8 @@ from typing import Any
 from aiokafka.consumer import group_coordinator as aiokafka_gc
 from aiokafka.protocol.group import JoinGroupRequest
 
+from streamapp.faust_compat.once import once
+
 #: Between two prompt heartbeats, at least.
 PROMPT_INTERVAL_S = 0.05
 #: How long the prompt heartbeats go on after a join, at least (or one heartbeat interval).
@@ -103,13 +105,9 @@ async def _heartbeat_routine(self: Any) -> None:
 _original_heartbeat_routine: Callable[[Any], Awaitable[None]] = (
     aiokafka_gc.GroupCoordinator._heartbeat_routine
 )
-_installed = False
 
 
+@once
 def install() -> None:
-    """Patch aiokafka's heartbeat routine for this process (idempotent)."""
-    global _installed
-    if _installed:
-        return
-    _installed = True
+    """Patch aiokafka's heartbeat routine for this process."""
     aiokafka_gc.GroupCoordinator._heartbeat_routine = _heartbeat_routine

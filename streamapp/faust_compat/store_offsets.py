@@ -37,6 +37,8 @@ from typing import Any
 from faust.stores.rocksdb import Store as RocksDBStore
 from faust.types import TP
 
+from streamapp.faust_compat.once import once
+
 logger = logging.getLogger(__name__)
 
 #: Where the offsets noted for one store live (partition -> (id of the handle, offset)).
@@ -102,13 +104,9 @@ def open_offsets(tables: Iterable[Any]) -> dict[tuple[str, int], int | None]:
 
 
 _original_set_persisted_offset: Callable[[Any, TP, int], None] = RocksDBStore.set_persisted_offset
-_installed = False
 
 
+@once
 def install() -> None:
-    """Patch Faust's RocksDB store class for this process (idempotent)."""
-    global _installed
-    if _installed:
-        return
-    _installed = True
+    """Patch Faust's RocksDB store class for this process."""
     RocksDBStore.set_persisted_offset = set_persisted_offset  # type: ignore[method-assign]

@@ -44,6 +44,7 @@ from faust.types import TP
 from faust.types.tables import CollectionT
 
 from streamapp.faust_compat import store_offsets
+from streamapp.faust_compat.once import once
 
 logger = logging.getLogger(__name__)
 
@@ -140,15 +141,11 @@ def _open_for_partition(self: Any, partition: int) -> Any:
 
 
 _original_open_for_partition: Callable[[Any, int], Any] = RocksDBStore._open_for_partition
-_installed = False
 
 
+@once
 def install() -> None:
-    """Patch Faust's RocksDB store class for this process (idempotent)."""
-    global _installed
-    if _installed:
-        return
-    _installed = True
+    """Patch Faust's RocksDB store class for this process."""
     RocksDBStore.revoke_partitions = revoke_partitions  # type: ignore[method-assign]
     RocksDBStore.on_rebalance = on_rebalance  # type: ignore[method-assign]
     RocksDBStore._open_for_partition = _open_for_partition  # type: ignore[method-assign]
