@@ -81,9 +81,6 @@ is left alone. Wrapped: ``GroupCoordinator._do_commit_offsets`` (which builds it
 per commit by a context variable (each commit runs in a task of its own, under aiokafka's
 ``asyncio.shield``). Delete when aiokafka compares the generation before it resets it.
 Test: tests/unit/streamapp/faust_compat/test_commit_generation.py.
-
-After a cooperative join every member heartbeats promptly for a moment (`second_round`), so
-that the second round a member giving partitions up starts is not held a heartbeat interval.
 """
 
 from __future__ import annotations
@@ -100,7 +97,6 @@ from aiokafka.consumer import group_coordinator as aiokafka_gc
 from aiokafka.coordinator.protocol import ConsumerProtocol, ConsumerProtocolMemberMetadata
 from aiokafka.protocol.commit import OffsetCommitRequest
 
-from streamapp.faust_compat import second_round
 from streamapp.faust_compat.incremental import partitions_text
 from streamapp.faust_compat.once import once
 
@@ -309,9 +305,6 @@ async def _on_join_complete(
         partitions_text(assigned - owned),
     )
     assignors = _cooperative_assignors(self)
-    # A member that gives something up rejoins once it has; the others hear of it at their next
-    # heartbeat, which comes soon, and even while their own handlers below run (`second_round`).
-    second_round.start_prompt_heartbeats(self)
     # Faust's handlers go incremental for this join's two listener calls (see
     # `streamapp.faust_compat.incremental`).
     _mark_incremental(assignors, True)
@@ -442,5 +435,4 @@ def install() -> None:
     aiokafka_gc.GroupCoordinator._on_join_complete = _on_join_complete
     aiokafka_gc.GroupCoordinator._do_commit_offsets = _do_commit_offsets
     aiokafka_gc.GroupCoordinator.reset_generation = _reset_generation
-    second_round.install()
     logging.getLogger(aiokafka_gc.__name__).addFilter(_AiokafkaAnswerFilter())

@@ -255,12 +255,13 @@ def test_a_worker_killed_under_exactly_once_keeps_its_standby_stores(
         for entry in back["history"]:
             for p, n in entry["by_partition"].get(CHANGELOG, {}).items():
                 replayed[int(p)] += n
+        # Replayed as an active at most the tail: the kept store was not replayed from the start.
+        # Where the plan gives the partition back to w2 it is withheld one round first, and w2
+        # replicates it meanwhile (rule 9 of docs/assignment-rules.md): that standby replays the
+        # tail, and the active's own replay is what is left of it, often nothing.
         tail = ends[standby] - (standby_offset + 1)
-        if standby in back["active"][CHANGELOG]:
-            # Active again (as the plan usually has it): its replay was the tail, exactly.
-            assert replayed[standby] == tail, (replayed, ends, standby_offset)
-        else:
-            assert replayed[standby] <= tail, (replayed, ends, standby_offset)
+        assert tail > 0
+        assert replayed[standby] <= tail, (replayed, ends, standby_offset)
         assert replayed[active] <= ends[active], (replayed, ends)
         assert "Traceback" not in log, log
     finally:
