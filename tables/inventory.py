@@ -88,15 +88,6 @@ class LocalStateInventory:
         #: Store path -> its files when last read, and the offset read then.
         self._read_before: dict[Path, tuple[tuple[tuple[str, int, int], ...], int | None]] = {}
 
-    def stores(self) -> dict[str, dict[int, Path]]:
-        """Changelog topic -> partition -> store path, for every store of a known table."""
-        found: dict[str, dict[int, Path]] = {}
-        for store in scan_stores(self.tabledir):
-            topic = self.changelog_topics.get(store.table)
-            if topic is not None:
-                found.setdefault(topic, {})[store.partition] = store.path
-        return found
-
     def offsets(
         self, known: Mapping[tuple[str, int], int | None] | None = None
     ) -> dict[str, dict[int, int]]:
