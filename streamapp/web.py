@@ -3,9 +3,11 @@ group page ``GET /streamapp/`` with its data ``GET /streamapp/group`` (every wor
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from importlib import resources
 from typing import Any
 
+from faust.types import TP
 from faust.web import Request, Response, View
 
 from standby.runtime import ReplicaRuntime, by_topic
@@ -21,9 +23,6 @@ def assignment_view(app: Any) -> dict[str, Any]:
     share = runtime.share
     member_id, generation = runtime.member()
     bad_records = bad_records_of(app)
-    lag: dict[str, dict[str, int]] = {}
-    for tp, records in sorted(runtime.replica_lag.items()):
-        lag.setdefault(tp.topic, {})[str(tp.partition)] = records
     return {
         "client_id": settings.client_id,
         "url": assignor_url(app.assignor),
@@ -40,12 +39,23 @@ def assignment_view(app: Any) -> dict[str, Any]:
         "rebalances": runtime.meter.rebalances,
         "plan_generation": share.generation if share else None,
         "followup_pending": runtime.followup.pending,
-        "replica_lag": lag,
+        "replica_lag": _by_partition(runtime.replica_lag),
+        # The changelog ends that lag was measured against (read every second): a reader that
+        # wrote to a changelog knows the lag is measured after its writes once these reach them.
+        "replica_ends": _by_partition(runtime.replica_ends),
         "history": list(runtime.history),
         # Per source topic, the records this worker skipped or dead-lettered since it started
         # (streamapp.bad_records); empty under an app that is not a streamapp.App.
         "bad_records": bad_records.counts.as_json() if bad_records is not None else {},
     }
+
+
+def _by_partition(offsets: Mapping[TP, int]) -> dict[str, dict[str, int]]:
+    """Topic -> partition (as a JSON key) -> the number given for it."""
+    by_topic: dict[str, dict[str, int]] = {}
+    for tp, number in sorted(offsets.items()):
+        by_topic.setdefault(tp.topic, {})[str(tp.partition)] = number
+    return by_topic
 
 
 def recovering(app: Any) -> dict[str, Any]:
