@@ -25,12 +25,6 @@ from tables.damaged import beyond_partition_count, move_aside, stores_of, unread
 
 logger = logging.getLogger(__name__)
 
-# Instance attributes, so checked among the names Store.__init__ assigns: a faust that renamed
-# them fails at import, not in the middle of a recovery.
-if not {"_dbs", "_key_index"} <= set(RocksDBStore.__init__.__code__.co_names):
-    raise ImportError("faust.stores.rocksdb.Store no longer has _dbs and _key_index")
-
-
 def rocksdb_store(table: CollectionT) -> RocksDBStore | None:
     """The table's store when it is Faust's rocksdb store (a memory store has nothing on disk)."""
     # `data` is on Faust's Collection, not on the CollectionT interface.
