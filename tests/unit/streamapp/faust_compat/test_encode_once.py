@@ -7,6 +7,7 @@ Faust's json codec calls them. No timing is measured.
 
 from __future__ import annotations
 
+import asyncio
 import weakref
 from collections.abc import Iterator
 from pathlib import Path
@@ -41,6 +42,20 @@ def _app_and_producer(app: faust.App) -> _Producer:
     producer = _Producer()
     app._producer = producer  # Faust's app keeps its producer there; no broker here
     return producer
+
+
+@pytest.fixture(autouse=True)
+def current_loop() -> Iterator[None]:
+    """Faust makes each changelog record's future on the thread's current event loop, as an
+    agent's write does on the worker's; whether one was left set by earlier tests (a unit run
+    of tests/unit/tables first left none) must not decide these tests."""
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    try:
+        yield
+    finally:
+        asyncio.set_event_loop(None)
+        loop.close()
 
 
 @pytest.fixture
