@@ -25,6 +25,7 @@ from tables.damaged import beyond_partition_count, move_aside, stores_of, unread
 
 logger = logging.getLogger(__name__)
 
+
 def rocksdb_store(table: CollectionT) -> RocksDBStore | None:
     """The table's store when it is Faust's rocksdb store (a memory store has nothing on disk)."""
     # `data` is on Faust's Collection, not on the CollectionT interface.

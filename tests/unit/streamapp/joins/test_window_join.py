@@ -191,6 +191,34 @@ def test_replay_of_a_stored_record_emits_its_pairs_again_and_stores_nothing() ->
     assert len(proc.stored(Side.RIGHT, "a")) == 1
 
 
+def test_a_record_stored_but_not_marked_seen_before_a_crash_is_a_replay_not_its_own_duplicate() -> (
+    None
+):
+    # ``~seen`` is written after the entries; a crash between them leaves the record stored
+    # and its offset unseen. Processed again, it must emit its pair again: the first emission
+    # may have died with the crash. With record ids, it used to meet its own entry and be
+    # reported a duplicate of itself, its pair lost.
+    left: dict[str, Any] = {}
+    right: dict[str, Any] = {}
+    proc = JoinProcessor(WINDOW, JoinKind.LEFT, left, right, index=ExpiryIndex(width_ms=1))
+    proc.process(Side.LEFT, P, "a", Entry(0, 1_000, "impression", id="a"))
+    first = proc.process(Side.RIGHT, P, "a", Entry(0, 2_000, "click", id="c1"))
+    assert [(p.left and p.left.value, p.right and p.right.value) for p in first.pairs] == [
+        ("impression", "click")
+    ]
+    del right[f"~seen/{P}"]  # the crash came before the click's offset was written
+    again = proc.process(Side.RIGHT, P, "a", Entry(0, 2_000, "click", id="c1"))
+    assert again.outcome is Outcome.REPLAY
+    assert [(p.left and p.left.value, p.right and p.right.value) for p in again.pairs] == [
+        ("impression", "click")
+    ]
+    assert len(proc.stored(Side.RIGHT, "a")) == 1
+    # Now seen: the next record is judged against it, and a true duplicate is still one.
+    assert right[f"~seen/{P}"] == 0
+    dup = proc.process(Side.RIGHT, P, "a", Entry(1, 2_100, "click", id="c1"))
+    assert dup.outcome is Outcome.DUPLICATE and dup.pairs == ()
+
+
 def test_replay_of_an_expired_record_is_skipped() -> None:
     feed = Feed(processor(JoinKind.LEFT))
     feed.left("a", 1_000, "l")
