@@ -33,6 +33,7 @@ from .apps.recovery_end import (
     changelog_topic,
     source_topic,
 )
+from .replica_lag import unmeasured_replicas, unsettled_replicas
 from .workers import wait_for_workers
 
 APP = "tests.integration.apps.recovery_end:app"
@@ -143,9 +144,8 @@ class Group:
                 return False
             if v["history"][-1]["plan_generation"] != v["plan_generation"]:
                 return False
-            replicas = set(v["standby"].get(CHANGELOG, []))
-            if len(replicas) != len(v["replica_lag"].get(CHANGELOG, {})):
-                return False
+        if unmeasured_replicas(views):
+            return False
         table: dict[str, int] = {}
         for worker in self.live().values():
             table.update(worker.get_json("/counts/"))
@@ -156,14 +156,10 @@ class Group:
         # A worker measures its lags once a second: one measured before the last events'
         # records reached the changelog says nothing of them (a CI run killed w2 while its
         # standby had not yet taken most of them, reported caught up by a lag measured before
-        # they were produced), so a lag counts once the end it was measured against is the end.
+        # they were produced), so a lag counts once the end it was measured against is the end
+        # (the committed end, read_committed as the app reads).
         replicated, ends = asyncio.run(_lag_when_replicated(self.bootstrap))
-        for v in views.values():
-            measured_ends = v["replica_ends"].get(CHANGELOG, {})
-            for p, lag in v["replica_lag"].get(CHANGELOG, {}).items():
-                if measured_ends.get(p, -1) < ends[int(p)] or lag > replicated[int(p)]:
-                    return False
-        return True
+        return not unsettled_replicas(views, {CHANGELOG: ends}, allowed={CHANGELOG: replicated})
 
     def wait_settled(self, what: str, timeout: float = 150.0) -> None:
         wait_for_workers(self.live(), what, self.settled, timeout=timeout, details=self.summary)
@@ -179,7 +175,8 @@ class Group:
                 continue
             lines.append(
                 f"{name}: active {v['active'].get(CHANGELOG)} standby {v['standby']} "
-                f"warmup {v['warmup']} lag {v['replica_lag']} followup {v['followup_pending']} "
+                f"warmup {v['warmup']} lag {v['replica_lag']} (ends {v['replica_ends']}) "
+                f"followup {v['followup_pending']} "
                 f"counts {counts}"
             )
         return "\n".join(lines) + f"\nexpected {dict(self.expected)}"
