@@ -158,7 +158,9 @@ class ReplicaRuntime:
             group_warmups=share.warmups_in_group,
             warmups=_tps(share.warmup),
         )
+        # The lags and the ends they were measured against go together (the view shows both).
         self.replica_lag = {}
+        self.replica_ends = {}
         self._replica_progress.reset()
 
     def on_assigned(self, *args: Any, **kwargs: Any) -> None:

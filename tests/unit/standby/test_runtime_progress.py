@@ -45,3 +45,16 @@ async def test_active_restore_progress_is_logged_every_interval(
     assert len(lines) == 2
     assert "2 partition(s), 0 records done, 1,900 remaining" in lines[0]
     assert "1,000 records done, 900 remaining, 200 records/s" in lines[1]
+
+
+def test_a_new_assignment_forgets_the_lags_and_the_ends_they_were_measured_against(
+    tmp_path: Path,
+) -> None:
+    # The view shows both; a lag of the old assignment's replicas, or an end without its lag,
+    # would be read as a measure of the new one.
+    app = faust.App("rt-new", store="rocksdb://", datadir=str(tmp_path))
+    runtime = ReplicaRuntime(app, acceptable_recovery_lag=10, probing_interval_s=30)
+    runtime.replica_lag = {TP(CHANGELOG, 0): 3}
+    runtime.replica_ends = {TP(CHANGELOG, 0): 1207}
+    runtime.on_assignment(MemberAssignment(generation=2, standby={CHANGELOG: [1]}))
+    assert runtime.replica_lag == {} and runtime.replica_ends == {}
