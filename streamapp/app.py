@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,10 @@ from streamapp.settings import StreamappSettings, resolve
 from tables import clean_shutdown, damaged
 
 logger = logging.getLogger(__name__)
+
+#: How long a stopping worker waits for its last ownership record: a tiny file, so only a
+#: disk that hangs makes it wait that long.
+OWNERSHIP_FLUSH_S = 10.0
 
 #: Faust's ``producer_linger`` under streamapp (seconds): a record waits up to 5 ms for others
 #: to share its produce request. Faust's 0 sends whatever is there as soon as the connection
@@ -134,10 +139,24 @@ class App(FaustApp):
                 Path(self.conf.tabledir), Path(self.conf.datadir), list(self.tables)
             )
 
+    async def _flush_ownership(self) -> None:
+        """Wait for the last assignment's ownership record, which the assignor writes on a
+        thread (`tables.ownership_writer`): the next start reads it."""
+        flush = getattr(self.assignor, "flush_ownership", None)
+        if flush is not None and not await asyncio.to_thread(flush, OWNERSHIP_FLUSH_S):
+            logger.warning(
+                "streamapp: the ownership record was not written within %.0f s of the stop; "
+                "the next start reports an older one",
+                OWNERSHIP_FLUSH_S,
+            )
+
     async def on_shutdown(self) -> None:
         # Runs after the consumer stopped: its last commit ended the transactions, or failed.
         await super().on_shutdown()
-        if self.client_only or self.crashed:
+        if self.client_only:
+            return
+        await self._flush_ownership()
+        if self.crashed:
             return
         consumer = consumer_if_created(self)
         if isinstance(consumer, StreamappConsumer) and consumer.all_progress_committed():

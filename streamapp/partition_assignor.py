@@ -72,7 +72,8 @@ from streamapp.left_out_topics import LeftOutTopics
 from streamapp.settings import RebalanceProtocol, StreamappSettings
 from tables.identity import load_or_create_client_id
 from tables.inventory import LocalStateInventory
-from tables.ownership import Ownership, load_ownership, save_ownership
+from tables.ownership import Ownership, load_ownership
+from tables.ownership_writer import OwnershipWriter
 
 logger = logging.getLogger(__name__)
 
@@ -112,6 +113,8 @@ class StreamappPartitionAssignor(FaustPartitionAssignor):
         super().__init__(app, replicas=replicas)
         # After a restart, what this worker held before it stopped (generation and all).
         kept = load_ownership(self.data_dir)
+        #: Writes each assignment's record off aiokafka's consumer thread (see the module).
+        self._ownership = OwnershipWriter(self.data_dir)
         self._share = (
             MemberAssignment(
                 generation=kept.generation,
@@ -510,15 +513,14 @@ class StreamappPartitionAssignor(FaustPartitionAssignor):
                 given,
                 kafka_partitions(share),
             )
-        save_ownership(
-            self.data_dir,
+        self._ownership.save(
             Ownership(
                 generation=share.generation,
                 active=share.active,
                 standby=share.standby,
                 incoming=share.incoming,
                 warmup=share.warmup,
-            ),
+            )
         )
         runtime = self.runtime
         if runtime is not None:
@@ -528,6 +530,11 @@ class StreamappPartitionAssignor(FaustPartitionAssignor):
     def share(self) -> MemberAssignment:
         """This worker's share of the current plan."""
         return self._share
+
+    def flush_ownership(self, timeout: float | None = None) -> bool:
+        """Wait until the last assignment's ownership record is on disk (a clean shutdown);
+        False if ``timeout`` seconds passed first."""
+        return self._ownership.flush(timeout)
 
 
 def _client_id(facts: MemberFacts) -> str:

@@ -20,11 +20,15 @@ store therefore carries a mark, ``<tabledir>/streamapp-active-stores/<store>.act
 durable (file and directory fsynced) as the partition is assigned to this process as an active,
 before Faust opens the store and before any agent can write to it. After an unclean stop under
 exactly_once only the marked stores are discarded; the others are kept and recovery replays
-their tail. A mark is removed only as the next run starts: all of them after a clean shutdown
-(every store then holds committed state), or with the store it marks when that store is
-discarded. A store that was a standby, became active and then crashed is marked, so it goes;
-one marked, revoked and then a standby again stays marked until a clean shutdown, as the writes
-of a transaction aborted at its revocation may still be in it.
+their tail. Those fsyncs wait for the disk (tenths of a second on a busy machine): a rebalance
+makes the marks on a thread (`tables.store_guard.mark_assigned_actives`), its event loop
+processing the partitions it keeps meanwhile, and opens no store until they are durable.
+
+A mark is removed only as the next run starts: all of them after a clean shutdown (every store
+then holds committed state), or with the store it marks when that store is discarded. A store
+that was a standby, became active and then crashed is marked, so it goes; one marked, revoked
+and then a standby again stays marked until a clean shutdown, as the writes of a transaction
+aborted at its revocation may still be in it.
 
 A data dir whose marks directory does not exist yet (state left by a streamapp that kept no
 marks) tells nothing about which stores were active: after an unclean stop all its stores go.
@@ -41,6 +45,7 @@ import fcntl
 import logging
 import os
 import shutil
+import threading
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -149,12 +154,25 @@ def begin_run(tabledir: str | Path, data_dir: str | Path, *, exactly_once: bool)
     return [store.path for store in doomed]
 
 
+#: Held through each `mark_active`: a call skips a mark that exists, which is durable only once
+#: the call that created it has returned. A rebalance cancelled while its marks were being made
+#: on a thread leaves that thread running; the next rebalance's call waits for it here rather
+#: than take a mark not synced yet for a durable one.
+_marking = threading.Lock()
+
+
 def mark_active(tabledir: str | Path, store_names: Iterable[str]) -> list[str]:
     """Mark the stores ``store_names`` (``<table>-<partition>.db``) as written by this run;
     returns those newly marked. Durable on return: call it before such a store can take a
-    write that is not committed yet.
+    write that is not committed yet. One directory fsync covers every mark of the call.
+
+    It blocks on fsync: not on the event loop (see `tables.store_guard.mark_assigned_actives`).
     """
-    marks_dir = Path(tabledir) / ACTIVE_MARKS_DIR
+    with _marking:
+        return _mark_active(Path(tabledir) / ACTIVE_MARKS_DIR, store_names)
+
+
+def _mark_active(marks_dir: Path, store_names: Iterable[str]) -> list[str]:
     added = []
     for name in store_names:
         path = marks_dir / (name + MARK_SUFFIX)

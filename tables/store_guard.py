@@ -10,6 +10,7 @@ Faust API does either: `streamapp.faust_compat.access` does it.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Iterable
 from pathlib import Path
@@ -55,21 +56,38 @@ def close_and_move_aside(table: CollectionT, partition: int) -> Path | None:
     return move_aside(path)
 
 
-def mark_assigned_actives(table: CollectionT, actives: Iterable[TP]) -> list[str]:
-    """Mark the table's stores of the changelog partitions in ``actives`` as written by this
-    run (`tables.clean_shutdown`), durably, before Faust opens them for the assignment and
-    agents write to them; returns the store names newly marked."""
+async def mark_assigned_actives(tables: Iterable[CollectionT], actives: Iterable[TP]) -> list[str]:
+    """Mark the stores of the changelog partitions in ``actives`` of every table in ``tables``
+    as written by this run (`tables.clean_shutdown.mark_active`), durably; returns the store
+    names newly marked. Await it before Faust opens any of them and agents write to them.
+
+    The marks' fsyncs wait for the disk, which on a busy machine stopped the event loop, and
+    every partition the worker kept, for tenths of a second at a rebalance: they run on a
+    thread, while the loop goes on. All of an assignment's marks are made in one call per
+    directory (every table's stores share the worker's table directory), so one directory
+    fsync covers them.
+    """
+    actives = list(actives)
+    by_dir: dict[Path, list[str]] = {}
+    for table in tables:
+        for path in _active_store_paths(table, actives):
+            by_dir.setdefault(path.parent, []).append(path.name)
+    added: list[str] = []
+    for tabledir, names in by_dir.items():
+        added += await asyncio.to_thread(mark_active, tabledir, names)
+    return added
+
+
+def _active_store_paths(table: CollectionT, actives: Iterable[TP]) -> list[Path]:
+    """Where the table's stores of the changelog partitions in ``actives`` are (or will be)."""
     store = rocksdb_store(table)
     if store is None:
         return []
     topic = changelog_topic(table)
-    paths = [
-        store.partition_path(p)
+    return [
+        Path(store.partition_path(p))
         for p in sorted({tp.partition for tp in actives if tp.topic == topic})
     ]
-    if not paths:
-        return []
-    return mark_active(paths[0].parent, [path.name for path in paths])
 
 
 def set_aside_unreadable(table: CollectionT, tps: Iterable[TP]) -> list[Path]:

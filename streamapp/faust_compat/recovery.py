@@ -661,12 +661,14 @@ class TableManager(FaustTableManager):
     ) -> None:
         # Before Faust opens the assigned stores (its tables' own on_rebalance), where a
         # store that cannot be opened would raise RocksDB's Corruption out of the rebalance.
-        # The active ones are marked first: from here agents may write to them, and after a
-        # crash under exactly_once a marked store is discarded (tables.clean_shutdown).
+        # The active ones are marked first, every table's, and durably before any store is
+        # opened: from here agents may write to them, and after a crash under exactly_once a
+        # marked store is discarded (tables.clean_shutdown). The marks' fsyncs run on a
+        # thread; the kept partitions are processed meanwhile.
         actives = self.app.assignor.assigned_actives()
         standbys = self.app.assignor.assigned_standbys()
+        await store_guard.mark_assigned_actives(self.values(), actives)
         for table in self.values():
-            store_guard.mark_assigned_actives(table, actives)
             await _one_store_a_turn(table, assigned, store_guard.set_aside_unreadable)
             count = self.app.consumer.topic_partitions(store_guard.changelog_topic(table))
             store_guard.set_aside_beyond_partition_count(table, count)

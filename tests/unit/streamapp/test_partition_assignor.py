@@ -149,7 +149,9 @@ def test_metadata_reports_the_warmups_of_the_last_assignment_apart_from_standbys
     )
     decoded = decode_metadata(assignor.metadata({"words", CHANGELOG}).user_data)
     assert (decoded.owned_standby, decoded.warmup) == ({CHANGELOG: [1]}, {CHANGELOG: [3]})
-    # And after a restart before the follow-up (a new assignor on the same data dir).
+    # And after a restart before the follow-up (a clean stop, which waits for the ownership
+    # record written off the consumer thread, and a new assignor on the same data dir).
+    assert assignor.flush_ownership()
     restarted = decode_metadata(StreamappPartitionAssignor(app).metadata({"words"}).user_data)
     assert (restarted.generation, restarted.warmup) == (2, {CHANGELOG: [3]})
 
@@ -200,7 +202,9 @@ def test_leader_plans_and_members_apply_even_with_bad_metadata(
     again = decode_metadata(assignor.metadata(set(topics)).user_data)
     assert again.generation == 1 and again.owned_active == share.active
 
-    # A restart (a new assignor on the same data dir) reports what was held, generation and all.
+    # A restart (a clean stop, then a new assignor on the same data dir) reports what was held,
+    # generation and all.
+    assert assignor.flush_ownership()
     restarted = StreamappPartitionAssignor(app)
     kept = decode_metadata(restarted.metadata(set(topics)).user_data)
     assert (kept.generation, kept.owned_active) == (1, share.active)

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 import rocksdict
 
+from tables import clean_shutdown
 from tables.clean_shutdown import (
     ACTIVE_MARKS_DIR,
     MARKER_FILE,
@@ -202,3 +206,56 @@ def test_stores_open_in_another_process_are_refused_not_deleted(tmp_path: Path) 
         assert len(store_paths(tabledir)) == 2
     finally:
         proc.communicate(input="", timeout=30)
+
+
+class _NotingLock:
+    """`clean_shutdown._marking` as it is, noting how many calls came to take it."""
+
+    def __init__(self, lock: Any) -> None:
+        self.lock = lock
+        self.calls = 0
+        self.second_came = threading.Event()
+
+    def __enter__(self) -> None:
+        self.calls += 1
+        if self.calls == 2:
+            self.second_came.set()
+        self.lock.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.lock.release()
+
+
+def test_a_mark_still_being_synced_is_not_taken_for_a_durable_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A rebalance cancelled while its marks were made on a thread leaves that thread running;
+    # the next rebalance's call finds the mark file there before it is synced.
+    tabledir = tmp_path / "tables"
+    lock = _NotingLock(clean_shutdown._marking)
+    monkeypatch.setattr(clean_shutdown, "_marking", lock)
+    in_fsync, release = threading.Event(), threading.Event()
+    synced: list[str] = []
+    real = os.fsync
+
+    def held_fsync(fd: int) -> None:
+        in_fsync.set()
+        release.wait(timeout=10)  # only keeps a regression from hanging the suite
+        real(fd)
+        synced.append(Path(os.readlink(f"/proc/self/fd/{fd}")).name)
+
+    monkeypatch.setattr(os, "fsync", held_fsync)
+
+    thread = threading.Thread(target=mark_active, args=(tabledir, ["counts-0.db"]))
+    thread.start()
+    in_fsync.wait(timeout=10)
+    assert (tabledir / ACTIVE_MARKS_DIR / "counts-0.db.active").exists()  # not synced yet
+    # The first call is let go once the second waits for it. A second call that does not wait
+    # returns while the first is still in its fsync.
+    threading.Thread(target=lambda: lock.second_came.wait(timeout=10) and release.set()).start()
+    second = mark_active(tabledir, ["counts-0.db"])
+    synced_then = list(synced)
+    release.set()
+    thread.join()
+    assert second == []
+    assert synced_then == ["counts-0.db.active", ACTIVE_MARKS_DIR]

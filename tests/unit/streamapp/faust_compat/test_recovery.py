@@ -2,15 +2,23 @@
 
 from __future__ import annotations
 
+import asyncio
+import os
+import threading
 from collections import Counter
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
+from faust.tables.manager import TableManager as FaustTableManager
 from faust.types import TP
 
 from streamapp import App
+from streamapp.faust_compat import recovery as recovery_module
 from streamapp.faust_compat.recovery import Recovery, TableManager
+from tables import store_guard
+from tables.clean_shutdown import ACTIVE_MARKS_DIR
 
 
 def _app(tmp_path: Path) -> Any:
@@ -301,3 +309,60 @@ async def test_a_completion_that_comes_after_the_next_rebalance_began_leaves_its
     await recovery._on_recovery_completed(generation_id=3)
     assert recovery.incremental_pass
     assert gained not in recovery._settled_actives
+
+
+async def test_a_rebalance_opens_an_active_store_only_once_its_mark_is_synced(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Under exactly_once a store with a mark is discarded after a crash, so the mark must be
+    # durable before agents can write to the store. Its fsyncs run on a thread: the rebalance
+    # must still wait for them before anything opens the store.
+    app = _app(tmp_path)
+    manager = app.tables
+    table = manager["counts"]
+    active = TP(store_guard.changelog_topic(table), 1)
+    events: list[str] = []
+    in_fsync, release = asyncio.Event(), threading.Event()
+    loop = asyncio.get_running_loop()
+    real_fsync = os.fsync
+
+    def held_fsync(fd: int) -> None:
+        loop.call_soon_threadsafe(in_fsync.set)
+        release.wait(timeout=10)  # only keeps a regression from hanging the suite
+        real_fsync(fd)
+        events.append("synced " + Path(os.readlink(f"/proc/self/fd/{fd}")).name)
+
+    def noting_open(table: Any, tps: list[TP]) -> None:
+        events.append(f"open {tps[0].partition}")
+        real_open(table, tps)
+
+    async def faust_on_rebalance(*args: Any) -> None:
+        events.append("faust's on_rebalance")
+
+    real_open = recovery_module._open_store
+    monkeypatch.setattr(os, "fsync", held_fsync)
+    monkeypatch.setattr(recovery_module, "_open_store", noting_open)
+    monkeypatch.setattr(FaustTableManager, "on_rebalance", faust_on_rebalance)
+    assignor = SimpleNamespace(assigned_actives=lambda: {active}, assigned_standbys=set)
+    manager.app = SimpleNamespace(
+        assignor=assignor, consumer=SimpleNamespace(topic_partitions=lambda topic: 2)
+    )
+
+    async def other_work() -> None:
+        await in_fsync.wait()
+        events.append("other work")
+        # Time for a rebalance that did not wait for its marks to reach its opens (it pauses
+        # PAUSE_BETWEEN_OPENS before each); one that waits does whatever the time.
+        await asyncio.sleep(5 * recovery_module.PAUSE_BETWEEN_OPENS)
+        release.set()
+
+    other = asyncio.create_task(other_work())
+    await manager.on_rebalance({active}, set(), {active}, generation_id=3)
+    await other
+    assert events == [
+        "other work",
+        "synced counts-1.db.active",
+        "synced " + ACTIVE_MARKS_DIR,
+        "open 1",
+        "faust's on_rebalance",
+    ]
