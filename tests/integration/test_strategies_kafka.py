@@ -7,7 +7,9 @@ strategy's guarantees. `cooperative-sticky` gets its own test of how it
 behaves on aiokafka's eager protocol (see `assignor.aiokafka_assignors`):
 partitions that change owner are withheld for one generation, a follow-up
 rebalance is requested by the bound members, and a partition never passes
-straight from one consumer to another.
+straight from one consumer to another. A member that misses a generation
+(its SyncGroup came after the others' follow-up rejoin) still claims what it
+held, so what moves from it is withheld once more, as under KIP-429.
 """
 
 from __future__ import annotations
@@ -258,6 +260,17 @@ async def test_cooperative_sticky_withholds_moves_until_a_followup(kafka_bootstr
         def followup(epoch: int) -> bool:
             return any(r.followup_at.get(epoch) for r in recorders)
 
+        def missed(epoch: int) -> bool:
+            """Whether a member in the group before and after `epoch` never got its share of
+            it: its SyncGroup came after the next rebalance had begun (the others' follow-up
+            rejoin). Its metadata then still claims what it held before, and the leader
+            withholds what moves from it a second time (KIP-429 does the same)."""
+            return any(
+                epoch not in r.by_epoch and min(r.by_epoch) < epoch < max(r.by_epoch)
+                for r in recorders
+                if r.by_epoch
+            )
+
         withheld_epochs = []
         for previous, epoch in itertools.pairwise(epochs):
             old, new = holders(previous), holders(epoch)
@@ -270,14 +283,24 @@ async def test_cooperative_sticky_withholds_moves_until_a_followup(kafka_bootstr
                 assert missing, "a follow-up was asked for, but nothing was withheld"
                 assert missing <= old.keys(), "withheld a partition nobody owned"
 
-        # The join withheld what had to move, and one follow-up handed it to c3.
+        # The join withheld what had to move, and one follow-up handed it to c3; a move is
+        # withheld again only after a round some member missed.
         assert withheld_epochs, "c3 joined without any partition being withheld"
+        for withheld, again in itertools.pairwise(withheld_epochs):
+            assert missed(withheld), (
+                f"epoch {again} withheld a move again, no member missed {withheld}"
+            )
+        c3_by_epoch = group.members["c3"].recorder.by_epoch
+        assert c3_by_epoch.get(withheld_epochs[0], frozenset()) == frozenset()
         last_withheld = withheld_epochs[-1]
         at_withheld, final = holders(last_withheld), holders(max(epochs))
         assert not followup(max(epochs))
-        assert group.members["c3"].recorder.by_epoch.get(last_withheld, frozenset()) == frozenset()
-        assert {tp for tp, n in final.items() if n == "c3"} == group.partitions - at_withheld.keys()
-        assert {tp: n for tp, n in final.items() if n != "c3"} == at_withheld
+        c3_at_withheld = {tp for tp, n in at_withheld.items() if n == "c3"}
+        freed = group.partitions - at_withheld.keys()
+        assert {tp for tp, n in final.items() if n == "c3"} == c3_at_withheld | freed
+        assert {tp: n for tp, n in final.items() if n != "c3"} == {
+            tp: n for tp, n in at_withheld.items() if n != "c3"
+        }
 
         # A member leaving frees its partitions: they go at once, nothing is withheld.
         joined_epoch = max(epochs)
