@@ -8,18 +8,20 @@ whose standby held offset 79 of ~2400 records, its lag 0 against ends 516 and 62
 before the events came). So a lag counts only once the end it was measured against has reached
 the broker's end for that partition, read after the test's events were processed.
 
-The broker's end is read at the isolation level the app's own consumer reads at: under
-``exactly_once`` it is the last stable offset (``read_committed``), under at-least-once the log's
-end.
+`replicas_behind` reads the broker's ends as an at-least-once app's consumer does (the log's
+end, `streamapp.testing.kafka_io.end_offsets`). Under ``exactly_once`` the end to judge by is
+the last stable offset (``read_committed``), and a replica that applied every record is still
+behind it by the commit marker: such a test reads both itself and hands them to
+`unsettled_replicas` (see tests/integration/test_exactly_once_crash.py).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from streamapp.testing.kafka_io import end_offsets
 
 #: topic -> partition -> offsets (broker ends, or a lag a caught-up replica may still show).
 Ends = Mapping[str, Mapping[int, int]]
@@ -85,42 +87,15 @@ def _replicas(view: Mapping[str, Any]) -> dict[str, set[int]]:
     return replicas
 
 
-async def broker_ends(
-    bootstrap: str, tps: Iterable[TopicPartition], isolation_level: str = "read_uncommitted"
-) -> dict[str, dict[int, int]]:
-    """topic -> partition -> the broker's end offset now, of ``tps`` (no consumer group)."""
-    wanted = sorted(set(tps))
-    if not wanted:
-        return {}
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap, isolation_level=isolation_level, enable_auto_commit=False
-    )
-    await consumer.start()
-    try:
-        ends: dict[str, dict[int, int]] = {}
-        for tp, end in (await consumer.end_offsets(wanted)).items():
-            ends.setdefault(tp.topic, {})[tp.partition] = end
-        return ends
-    finally:
-        await consumer.stop()
-
-
-def replicas_behind(
-    bootstrap: str,
-    views: Mapping[str, Mapping[str, Any]],
-    isolation_level: str = "read_uncommitted",
-) -> list[str]:
-    """`unsettled_replicas` of ``views`` against the broker's ends read now, at the app's
-    ``isolation_level``: call it once the test's events are processed. The broker is asked (one
-    consumer start) only when every replica has a lag to judge."""
+def replicas_behind(bootstrap: str, views: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """`unsettled_replicas` of ``views`` against the broker's ends read now: call it once the
+    test's events are processed. The broker is asked only when every replica has a lag to
+    judge."""
     unmeasured = unmeasured_replicas(views)
     if unmeasured:
         return unmeasured
-    tps = [
-        TopicPartition(topic, int(p))
-        for view in views.values()
-        for topic, by_partition in view["replica_lag"].items()
-        for p in by_partition
-    ]
-    ends = asyncio.run(broker_ends(bootstrap, tps, isolation_level))
+    topics = sorted({topic for view in views.values() for topic in view["replica_lag"]})
+    ends: dict[str, dict[int, int]] = {}
+    for tp, end in asyncio.run(end_offsets(bootstrap, topics)).items():
+        ends.setdefault(tp.topic, {})[tp.partition] = end
     return unsettled_replicas(views, ends)
