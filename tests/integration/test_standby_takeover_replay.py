@@ -53,7 +53,9 @@ class Group(WorkerGroup):
         self.start_worker(name, env=env)
 
     def settled(self) -> bool:
-        return self.assignment_settled(self.workers, PARTITIONS) and self.table() == self.expected
+        return bool(
+            self.assignment_settled(self.workers, PARTITIONS) and self.table() == self.expected
+        )
 
     def standbys_caught_up(self) -> bool:
         # Against the changelog's ends now (call it once the events are processed): a lag of 0
@@ -67,7 +69,7 @@ class Group(WorkerGroup):
         wait_for_workers(self.workers, what, check, timeout=timeout, log_lines=30)
 
     def replayed_since_mark(self, name: str) -> list[dict[str, Any]]:
-        history = self.view(name)["history"]
+        history: list[dict[str, Any]] = self.view(name)["history"]
         entries = history[self.seen.get(name, 0) :]
         self.seen[name] = len(history)
         return entries
