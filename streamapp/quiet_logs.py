@@ -45,6 +45,11 @@ CHATTER: dict[str, tuple[str, ...]] = {
         r"Setting newly assigned partitions",
         r"Heartbeat failed for group %s because it is rebalancing",
         r"LeaveGroup request succeeded",
+        # At ERROR for a commit refused while the group rebalances (unknown member, illegal
+        # generation, rebalance in progress): routine under the cooperative protocol, whose
+        # members process on through every join. streamapp says it at INFO and sends the
+        # offsets again (transport fix 20, `Consumer._commit_offsets`).
+        r"OffsetCommit failed for group %s due to group error",
     ),
     # Faust's services and streamapp's subclasses of them (streamapp.faust_compat).
     "": (

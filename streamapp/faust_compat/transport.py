@@ -1152,13 +1152,23 @@ class Consumer(faust_aiokafka.Consumer):
         committed: bool = await super()._commit_offsets(
             offsets, start_new_transaction=start_new_transaction
         )
+        sent = {tp: offset for tp, offset in offsets.items() if tp in assigned}
         note_commit_outcome(
             self._committed_offset,
             self._refused_commits,
             before,
-            {tp: offset for tp, offset in offsets.items() if tp in assigned},
+            sent,
             committed=committed or bool(self.in_transaction),
         )
+        if sent and not committed and not self.in_transaction and not self.should_stop:
+            # aiokafka says this at ERROR ("OffsetCommit failed ... will rejoin"), which
+            # `streamapp.quiet_logs` demotes: during a rebalance it is routine, and fix 20
+            # sends the offsets again.
+            logger.info(
+                "streamapp: the group refused a commit of %s (a rebalance is under way); "
+                "the offsets go again with the next commit",
+                incremental.partitions_text(sent),
+            )
         return committed
 
     def _filter_committable_offsets(self, tps: Iterable[TP]) -> dict[TP, int]:

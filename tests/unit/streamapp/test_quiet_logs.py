@@ -25,6 +25,12 @@ CHATTER = [
     ),
     ("aiokafka.consumer.group_coordinator", logging.INFO, "(Re-)joining group %s", ("g",)),
     (
+        "aiokafka.consumer.group_coordinator",
+        logging.ERROR,
+        "OffsetCommit failed for group %s due to group error (%s), will rejoin",
+        ("g", "RebalanceInProgressError"),
+    ),
+    (
         "aiokafka.consumer.subscription_state",
         logging.INFO,
         "Updating subscribed topics to: %s",
@@ -78,6 +84,12 @@ KEPT = [
         ("g",),
     ),
     ("aiokafka.consumer.group_coordinator", logging.ERROR, "Heartbeat failed: %r", ("x",)),
+    (
+        "aiokafka.consumer.group_coordinator",
+        logging.ERROR,
+        "OffsetCommit failed for group %s on partition %s with offset %s: %s",
+        ("g", "t-0", 5, "OffsetMetadataTooLarge"),
+    ),
     (
         "faust.transport.consumer",
         logging.WARNING,

@@ -105,3 +105,40 @@ def test_a_refused_offset_never_moves_a_commit_back() -> None:
     assert refused == {TOPIC: 12}  # a commit below it does not settle it
     consumer._forget_refused_commits([TOPIC])
     assert consumer._refused_commits == {}
+
+
+class _Committing(Consumer):
+    """The consumer with what `_commit_offsets` asks of its service: assigned, running."""
+
+    in_transaction = False
+    should_stop = False
+
+    def assignment(self) -> set[TP]:
+        return {TOPIC}
+
+
+async def test_a_refused_commit_is_said_in_one_line_of_streamapp(
+    monkeypatch: Any, caplog: Any
+) -> None:
+    """aiokafka's ERROR for it is demoted (`streamapp.quiet_logs`): streamapp's line says it."""
+    refused = True
+
+    async def faust_commit(self: Any, offsets: Any, start_new_transaction: bool = True) -> bool:
+        self._committed_offset.update(offsets)
+        return not refused
+
+    monkeypatch.setattr(FaustConsumer, "_commit_offsets", faust_commit)
+    consumer = _bookkeeping(_Committing)
+    consumer._refused_commits = {}
+    caplog.set_level("INFO", logger="streamapp.faust_compat.transport")
+    assert await consumer._commit_offsets({TOPIC: 4}) is False
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines == [
+        "streamapp: the group refused a commit of repartitioned 0 (a rebalance is under way); "
+        "the offsets go again with the next commit"
+    ]
+    assert consumer._refused_commits == {TOPIC: 4}
+    caplog.clear()
+    refused = False
+    assert await consumer._commit_offsets({TOPIC: 4}) is True
+    assert caplog.records == [] and consumer._refused_commits == {}
