@@ -12,7 +12,7 @@ from streamapp.bad_records import BadRecordPolicy, BadRecords
 from streamapp.faust_compat.access import consumer_if_created
 from streamapp.faust_compat.app import FaustApp
 from streamapp.faust_compat.transport import Consumer as StreamappConsumer
-from streamapp.settings import StreamappSettings, resolve
+from streamapp.settings import RebalanceProtocol, StreamappSettings, resolve
 from tables import clean_shutdown, damaged
 
 logger = logging.getLogger(__name__)
@@ -45,7 +45,10 @@ class App(FaustApp):
     that cannot be decoded, or whose processing raises, does; dead letters go to
     ``dead_letter_topic``, by default ``<id>-dead-letters`` (see `streamapp.bad_records`).
     ``static_membership`` (on by default) makes each worker a static member of the group, its
-    ``group.instance.id`` its client id (see `streamapp.faust_compat.static_membership`).
+    ``group.instance.id`` its client id (see `streamapp.faust_compat.static_membership`);
+    ``leave_group_on_stop=False`` keeps a static member's place through a stop, for a
+    rolling restart without rebalances. ``rebalance_protocol`` (``"cooperative"``, the
+    default, or ``"eager"``) says how a worker goes through a rebalance.
     """
 
     streamapp_settings: StreamappSettings
@@ -67,6 +70,8 @@ class App(FaustApp):
         host: str | None = None,
         rack: str | None = None,
         static_membership: bool | None = None,
+        leave_group_on_stop: bool | None = None,
+        rebalance_protocol: RebalanceProtocol | str | None = None,
         **options: Any,
     ) -> None:
         # None is "not given": the default then comes from StreamappSettings, and a worker
@@ -84,6 +89,8 @@ class App(FaustApp):
             "host": host,
             "rack": rack,
             "static_membership": static_membership,
+            "leave_group_on_stop": leave_group_on_stop,
+            "rebalance_protocol": rebalance_protocol,
         }
         settings = resolve(self.streamapp_keywords)
         self.streamapp_settings = settings

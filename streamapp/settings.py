@@ -65,6 +65,10 @@ class StreamappSettings:
     # back at once instead of the group waiting out the old member's session timeout, and the
     # id it joins under (its client id) is already unique per worker.
     static_membership: bool = True
+    # On by default: a worker stopped for good (scale-in) hands its partitions over at once.
+    # Off, a static member's stop keeps its place for the session timeout, as Kafka Streams'
+    # does: a rolling restart then causes no rebalance of the other workers.
+    leave_group_on_stop: bool = True
     # Cooperative by default (issue 15): a rebalance stops only the partitions that move. Safe
     # in a group with eager members (an older streamapp, or `eager` chosen): the leader plans
     # eagerly, and every member behaves eagerly, until every member speaks cooperative.
@@ -229,6 +233,14 @@ SETTINGS: tuple[Setting, ...] = (
         "a restart within the session timeout takes its partitions back without a rebalance, "
         "a stop (Ctrl-C, SIGTERM) still hands them over at once; Faust's "
         "consumer_group_instance_id, when the app sets it, is used instead",
+    ),
+    Setting(
+        "leave_group_on_stop",
+        boolean,
+        "a stop (Ctrl-C, SIGTERM) leaves the group, so the others take this worker's "
+        "partitions at once; --no-leave-group-on-stop keeps a static member's place for the "
+        "session timeout instead, so a restart within it (a rolling restart) causes no "
+        "rebalance of the other workers",
     ),
     Setting(
         "rebalance_protocol",

@@ -17,7 +17,11 @@ process changes and no coordinator internals are overridden):
    heartbeating, before the connections close), a LeaveGroup v3 that names the member and its
    instance (KIP-345's form; aiokafka defines LeaveGroup v0-v1 only, so v3 is defined here).
    Kafka Streams offers the same on close (KIP-812, ``CloseOptions.leaveGroup``). A SIGKILL sends
-   nothing, which is the point: the restart takes the place back.
+   nothing, which is the point: the restart takes the place back. With ``leave_group_on_stop``
+   off (`streamapp.settings`), a stop sends nothing either, as aiokafka and Kafka Streams by
+   default: a worker stopped and started again within the session timeout (a rolling restart)
+   then takes its place back with no rebalance of the others, and one that stays down holds
+   its partitions until its session times out.
 
 2. **A worker whose instance id another worker took stops, once, with one line.** Two live
    workers with one client id (two data dirs given the same ``--client-id``; one data dir is
@@ -181,11 +185,14 @@ class StaticMember:
         group_id: str,
         instance_id: str,
         on_fenced: Callable[[str], None] = stop_fenced_worker,
+        *,
+        leave_on_stop: bool = True,
     ) -> None:
         self.client = client
         self.group_id = group_id
         self.instance_id = instance_id
         self.on_fenced = on_fenced
+        self.leave_on_stop = leave_on_stop
         #: The member id of the last JoinGroup that succeeded, and the coordinator that took it:
         #: aiokafka's coordinator forgets both as it closes, before the LeaveGroup goes out.
         self.member_id: str | None = None
@@ -263,15 +270,28 @@ class StaticMember:
         # aiokafka closes its client last as the consumer stops: the coordinator has stopped
         # heartbeating (nothing rejoins behind the LeaveGroup) and its connection is still up.
         try:
-            await self.leave()
+            if self.leave_on_stop:
+                await self.leave()
+            elif self.member_id is not None and not self.fenced:
+                logger.info(
+                    "streamapp: static member %s stopped without leaving the group "
+                    "(leave_group_on_stop off): started again within the session timeout, it "
+                    "takes its partitions back with no rebalance; otherwise they move once "
+                    "its session times out",
+                    self.instance_id,
+                )
+                self.member_id = None
         finally:
             await self._close()
 
 
-def install(consumer: Any, group_id: str, instance_id: str) -> StaticMember:
-    """Make a worker's AIOKafkaConsumer, not started yet, leave on close and stop once fenced.
+def install(
+    consumer: Any, group_id: str, instance_id: str, *, leave_on_stop: bool = True
+) -> StaticMember:
+    """Make a worker's AIOKafkaConsumer, not started yet, leave on close (unless
+    ``leave_on_stop`` is off) and stop once fenced.
 
     The consumer's client (``AIOKafkaConsumer._client``) is created with the consumer, and its
     coordinator sends every group request through it.
     """
-    return StaticMember(consumer._client, group_id, instance_id)
+    return StaticMember(consumer._client, group_id, instance_id, leave_on_stop=leave_on_stop)

@@ -450,7 +450,12 @@ class ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
             consumer._partition_assignment_strategy = [self._assignor]
         instance_id = self.app.conf.consumer_group_instance_id
         if instance_id is not None:  # a static member: it leaves on a stop, stops once fenced
-            static_membership.install(consumer, self.app.conf.id, instance_id)
+            static_membership.install(
+                consumer,
+                self.app.conf.id,
+                instance_id,
+                leave_on_stop=cast(Any, self.app).streamapp_settings.leave_group_on_stop,
+            )
         return consumer
 
     def _fetcher(self) -> Any:

@@ -11,6 +11,9 @@ no clock in any assertion: what is checked is who held which partitions in which
 - A worker stopped with SIGTERM leaves the group as it stops (aiokafka sends no LeaveGroup for a
   static member; streamapp sends one naming the instance): it is no member any more the moment
   its process has exited, and the other worker takes everything in a new generation.
+- A worker run with ``--no-leave-group-on-stop``, stopped with SIGTERM and started again (a
+  rolling restart's step): it stays a member while it is down, takes its own place back, and
+  the survivor's generation never moves; the clean stop leaves it nothing to replay.
 - Two workers given one client id (two data dirs): the broker lets the newer take the older's
   place and fences the older, which exits with one line, not a traceback or a rejoin loop.
 """
@@ -51,9 +54,9 @@ class Group:
         self.produced = 0
         self.markers = 0
 
-    def start(self, name: str, client_id: str | None = None) -> WorkerProcess:
+    def start(self, name: str, client_id: str | None = None, *extra: str) -> WorkerProcess:
         worker = WorkerProcess(
-            APP, self.bootstrap, self.root / name, "--client-id", client_id or name
+            APP, self.bootstrap, self.root / name, "--client-id", client_id or name, *extra
         )
         self.workers[name] = worker.start()
         return worker
@@ -182,9 +185,9 @@ def make_group(
             group.stop_all()
 
 
-def _two_workers(group: Group) -> None:
-    group.start("w1")
-    group.start("w2")
+def _two_workers(group: Group, *extra: str) -> None:
+    group.start("w1", None, *extra)
+    group.start("w2", None, *extra)
     group.wait(
         "two workers sharing the partitions",
         lambda: group.settled({"w1", "w2"}) and bool(group.actives("w1")),
@@ -253,6 +256,41 @@ def test_a_worker_stopped_with_sigterm_leaves_the_group_at_once(
     assert set(survivor["history"][-1]["active"][group.topic]) == set(range(PARTITIONS))
     group.wait_exact()
     assert group.members() == {"w1": set(range(PARTITIONS))}
+
+
+def test_without_leave_group_on_stop_a_stop_and_start_causes_no_rebalance(
+    make_group: Callable[[str], Group],
+) -> None:
+    group = make_group("it-static-stay")
+    _two_workers(group, "--no-leave-group-on-stop")
+    victim_partitions = group.actives("w2")
+    survivor_before = group.view("w1")
+    member_before = {m.client_id: m.member_id for m in group.describe().members}
+
+    assert group.workers["w2"].stop(signal.SIGTERM) == 0, group.workers["w2"].log_tail()
+    log = group.workers["w2"].log_path.read_text()
+    assert "static member w2 stopped without leaving the group" in log
+    assert "left the group" not in log
+    # Still a member for the broker: its session (30 s) has not timed out.
+    assert group.member_ids() == set(member_before.values())
+
+    group.produce(200)  # to every partition, the stopped worker's too, while it is away
+    group.start("w2", None, "--no-leave-group-on-stop")
+    group.wait(
+        "the restarted worker processing its partitions",
+        lambda: group.settled({"w1", "w2"}) and group.actives("w2") == victim_partitions,
+    )
+    group.wait_exact()
+
+    # No rebalance at all: the survivor's generation and history did not move.
+    survivor = group.view("w1")
+    assert survivor["history"][len(survivor_before["history"]) :] == [], group.summary()
+    assert survivor["generation"] == survivor_before["generation"], group.summary()
+    restarted = group.view("w2")
+    assert restarted["history"][0]["generation"] == survivor_before["generation"]
+    assert set(restarted["history"][0]["active"][group.topic]) == victim_partitions
+    # It stopped cleanly and nobody wrote its changelogs meanwhile: nothing to replay.
+    assert restarted["recovery"]["records_replayed_total"] == 0, restarted["recovery"]
 
 
 def test_two_workers_with_one_client_id_the_older_is_fenced_and_exits_with_one_line(

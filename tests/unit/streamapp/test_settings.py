@@ -47,6 +47,25 @@ def test_each_layer_overrides_the_one_below() -> None:
     assert resolve({name: None}, env={"STREAMAPP_NUM_STANDBY_REPLICAS": ""}).num_standby_replicas
 
 
+#: setting -> (worker options, a value of its variable, what the options give)
+SAMPLES: dict[str, tuple[list[str], str, object]] = {
+    "client_id": (["--client-id", "w9"], "w8", "w9"),
+    "host": (["--host", "h9"], "h8", "h9"),
+    "rack": (["--rack", "r9"], "r8", "r9"),
+    "capacity": (["--capacity", "9"], "8", 9),
+    "num_standby_replicas": (["--num-standby-replicas", "9"], "8", 9),
+    "acceptable_recovery_lag": (["--acceptable-recovery-lag", "9"], "8", 9),
+    "max_warmup_replicas": (["--max-warmup-replicas", "9"], "8", 9),
+    "probing_rebalance_interval_s": (["--probing-rebalance-interval-s", "9"], "8", 9.0),
+    "create_source_topics": (["--create-topics"], "false", True),
+    "bad_record_policy": (["--bad-record-policy", "fail"], "dead-letter", "fail"),
+    "dead_letter_topic": (["--dead-letter-topic", "t9"], "t8", "t9"),
+    "static_membership": (["--no-static-membership"], "true", False),
+    "leave_group_on_stop": (["--no-leave-group-on-stop"], "true", False),
+    "rebalance_protocol": (["--rebalance-protocol", "eager"], "cooperative", "eager"),
+}
+
+
 @pytest.mark.parametrize("setting", SETTINGS, ids=lambda s: s.name)
 def test_every_setting_is_an_option_a_variable_and_a_keyword(setting: object) -> None:
     from streamapp.settings import Setting
@@ -54,22 +73,7 @@ def test_every_setting_is_an_option_a_variable_and_a_keyword(setting: object) ->
     assert isinstance(setting, Setting)
     parser = argparse.ArgumentParser()
     add_setting_options(parser)
-    samples: dict[str, tuple[list[str], str, object]] = {
-        "client_id": (["--client-id", "w9"], "w8", "w9"),
-        "host": (["--host", "h9"], "h8", "h9"),
-        "rack": (["--rack", "r9"], "r8", "r9"),
-        "capacity": (["--capacity", "9"], "8", 9),
-        "num_standby_replicas": (["--num-standby-replicas", "9"], "8", 9),
-        "acceptable_recovery_lag": (["--acceptable-recovery-lag", "9"], "8", 9),
-        "max_warmup_replicas": (["--max-warmup-replicas", "9"], "8", 9),
-        "probing_rebalance_interval_s": (["--probing-rebalance-interval-s", "9"], "8", 9.0),
-        "create_source_topics": (["--create-topics"], "false", True),
-        "bad_record_policy": (["--bad-record-policy", "fail"], "dead-letter", "fail"),
-        "dead_letter_topic": (["--dead-letter-topic", "t9"], "t8", "t9"),
-        "static_membership": (["--no-static-membership"], "true", False),
-        "rebalance_protocol": (["--rebalance-protocol", "eager"], "cooperative", "eager"),
-    }
-    argv, env_value, expected = samples[setting.name]
+    argv, env_value, expected = SAMPLES[setting.name]
     options = options_from_args(parser.parse_args(argv))
     assert set(options) == {setting.name}
     env = {setting.env: env_value}
@@ -115,3 +119,20 @@ def test_the_rebalance_protocol_is_cooperative_unless_asked_and_refuses_others()
         resolve({}, env={"STREAMAPP_REBALANCE_PROTOCOL": "sticky"}, options={})
     with pytest.raises(SettingsError, match="rebalance_protocol must be one of eager, coop"):
         resolve({"rebalance_protocol": "sticky"}, env={}, options={})
+
+
+@pytest.mark.parametrize("setting", SETTINGS, ids=lambda s: s.name)
+def test_every_setting_is_an_app_keyword_that_the_app_takes(setting: object) -> None:
+    """An App keyword Faust does not know is taken silently into its own options: a setting
+    missing from App's keywords was ignored without a word (rebalance_protocol was)."""
+    import inspect
+
+    from streamapp.app import App
+    from streamapp.settings import Setting
+
+    assert isinstance(setting, Setting)
+    assert setting.name in inspect.signature(App.__init__).parameters
+    _, env_value, _ = SAMPLES[setting.name]
+    value = getattr(resolve({}, env={setting.env: env_value}, options={}), setting.name)
+    app = App(f"keyword-{setting.name}", **{setting.name: value})
+    assert getattr(app.streamapp_settings, setting.name) == value

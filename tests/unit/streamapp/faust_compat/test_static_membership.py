@@ -98,6 +98,23 @@ async def test_a_stop_leaves_naming_member_and_instance_then_closes() -> None:
     assert len(client.sent) == 2
 
 
+async def test_a_stop_without_leave_group_on_stop_sends_nothing_and_closes(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Its place stays the worker's for the session timeout: a rolling restart within it
+    causes no rebalance of the others."""
+    client = FakeClient()
+    StaticMember(client, "myapp", "w1", leave_on_stop=False)
+    client.answers[11] = _joined()
+    request = JoinGroupRequest("myapp", 30000, 60000, "", "w1", "consumer", [])
+    await client.send(3, request, group=ConnectionGroup.COORDINATION)
+    caplog.set_level("INFO", logger=static_membership.__name__)
+    await client.close()
+    assert [struct.API_KEY for _, struct, _ in client.sent] == [11]  # the join only
+    assert client.closed
+    assert "static member w1 stopped without leaving the group" in caplog.text
+
+
 async def test_the_leave_is_v3_on_the_wire() -> None:
     struct = static_membership.StaticLeaveGroupRequest("g", [("m", "i")]).prepare({13: (0, 5)})
     assert struct.API_VERSION == 3
