@@ -13,14 +13,17 @@ worker notes when it processed each tick. Measured:
   time out. Also measured: wall seconds from the kill until the group has committed the events
   written right after it;
 - rolling restart: each worker in turn stops, events arrive while it is away, it restarts on its
-  data dir;
+  data dir. In the ``static no-leave`` run (``--no-leave-group-on-stop``) a stop keeps the
+  worker's place, so the others do not cover for it: it stops, the events are written, it
+  starts again at once and takes its partitions back with no rebalance of the others;
 - scale-out: a fourth worker joins, until the group has settled;
 - follow-up: the part of the scale-out from the first follow-up rebalance a worker asks for
   (its warmups caught up, or the probing interval) to the end (none under stock Faust).
 
 The runs (``--assignors``): stock Faust's assignor (eager protocol, dynamic members), and
 streamapp's under the eager protocol, the cooperative one (both dynamic members) and the
-cooperative one with static members. Each run's protocol and membership are passed to its
+cooperative one with static members, whose stops leave the group (``cooperative static``) or
+keep their place (``static no-leave``). Each run's protocol and membership are passed to its
 workers explicitly, whatever streamapp's defaults.
 
 Changelog records replayed and seconds to resume come from each worker's
@@ -89,10 +92,13 @@ class RunKind:
     assignor: str  # "" for streamapp.App's own
     protocol: str
     static: bool
+    #: A stop leaves the group (streamapp's default), or keeps a static member's place.
+    leave_on_stop: bool = True
 
     def worker_options(self) -> tuple[str, ...]:
         membership = "--static-membership" if self.static else "--no-static-membership"
-        return ("--rebalance-protocol", self.protocol, membership)
+        options = ("--rebalance-protocol", self.protocol, membership)
+        return options if self.leave_on_stop else (*options, "--no-leave-group-on-stop")
 
 
 RUNS = {
@@ -101,9 +107,10 @@ RUNS = {
     "eager": RunKind("", "eager", static=False),
     "cooperative": RunKind("", "cooperative", static=False),
     "cooperative static": RunKind("", "cooperative", static=True),
+    "static no-leave": RunKind("", "cooperative", static=True, leave_on_stop=False),
 }
 #: ``--assignors streamapp``: every run of streamapp's assignor.
-RUN_ALIASES = {"streamapp": ("eager", "cooperative", "cooperative static")}
+RUN_ALIASES = {"streamapp": ("eager", "cooperative", "cooperative static", "static no-leave")}
 BASELINE = "stock faust"
 
 
@@ -462,11 +469,14 @@ def run_one(
                 window = run.window(name)
                 run.workers[name].stop()
                 run.workers.pop(name)
-                run.wait(f"the others to cover for {name}", run.settled)
+                if kind.leave_on_stop:
+                    run.wait(f"the others to cover for {name}", run.settled)
+                # Else its place is kept for it: nobody covers, it is back at once.
                 base = run.produced
                 run.produce(range(base, base + TAIL_EVENTS), lambda seq: f"key-{seq % keys}")
                 run.produced = base + TAIL_EVENTS
-                run.wait(f"the events written while {name} is away", run.settled)
+                if kind.leave_on_stop:
+                    run.wait(f"the events written while {name} is away", run.settled)
                 entries = run.entries_since_mark()
                 run.start(name)
                 run.wait(f"{name} to come back", run.settled)
