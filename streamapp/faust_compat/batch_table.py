@@ -45,7 +45,8 @@ same for every record of it. `BatchTable` holds one table's part of one batch:
   are at every moment what Faust's calls would have made them. Any other sensor (a Prometheus,
   statsd or Datadog monitor, an app's own) is called per read and write by Faust's delegate,
   with the key and value, as before; so is a table the monitor has no state for yet (its first
-  call makes it). A sensor added during a batch is counted from the next batch.
+  call makes it). A sensor added during a batch is counted from the next batch. (A read counts
+  after its key is encoded, not before: a key that cannot be encoded raises uncounted.)
 
 Other tables and stores keep Faust's per-call path (`for_batch` returns None): a store that is
 not Faust's RocksDB store or whose ``_get``, ``_set`` or ``_db_for_partition`` is not Faust's
@@ -137,42 +138,39 @@ class BatchTable:
         self._indexed: dict[bytes, None] = {}
 
     def _db(self) -> Any:
-        db = self.dbs.get(self.partition)
-        if db is None:  # not open (revoked during an await in the batch): Faust opens it again
-            db = self.store._db_for_partition(self.partition)
-        return db
+        """The partition's open handle; a missing one (closed during an await in the batch, by
+        a rebalance) opened again by ``_db_for_partition``, as Faust's calls would."""
+        return self.store._db_for_partition(self.partition)
 
-    def get(self, key: bytes) -> bytes | None:
-        """The store's ``_get`` of ``key`` with the batch's event (no sensor)."""
-        value: bytes | None = self._db().get(key)
-        if value is not None:
-            self._indexed[key] = None
-        return value
-
-    def set(self, key: bytes, value: bytes | None) -> None:
-        """The store's ``_set`` with the batch's event."""
-        db = self._db()
-        self._indexed[key] = None
-        db.put(key, value)
-
-    def on_get(self, key: Any) -> None:
-        """The table's ``on_key_get`` (its sensors)."""
+    def get(self, key: Any, key_bytes: bytes) -> bytes | None:
+        """The table's ``on_key_get`` (its sensors), then the store's ``_get`` of ``key_bytes``
+        with the batch's event."""
         states = self.states
         if states is None:
             self.table.on_key_get(key)
-            return
-        for state in states:
-            state.keys_retrieved += 1
+        else:
+            for state in states:
+                state.keys_retrieved += 1
+        db = self.dbs.get(self.partition)  # _db_for_partition's lookup, without the call
+        value: bytes | None = (self._db() if db is None else db).get(key_bytes)
+        if value is not None:
+            self._indexed[key_bytes] = None
+        return value
 
-    def on_set(self, key: Any, value: Any) -> None:
-        """What Faust's ``on_key_set`` calls after the changelog record: the sensors (the key
-        ttl is a windowed table's, which this does not take)."""
+    def set(self, key: Any, value: Any, key_bytes: bytes, value_bytes: bytes | None) -> None:
+        """What Faust's ``on_key_set`` does after the changelog record (the sensors; the key's
+        ttl is a windowed table's, which this does not take), then the store's ``_set``."""
         states = self.states
         if states is None:
             self.table._sensor_on_set(self.table, key, value)
-            return
-        for state in states:
-            state.keys_updated += 1
+        else:
+            for state in states:
+                state.keys_updated += 1
+        db = self.dbs.get(self.partition)
+        if db is None:
+            db = self._db()
+        self._indexed[key_bytes] = None
+        db.put(key_bytes, value_bytes)
 
     def index_keys(self) -> None:
         """Put the keys noted so far in the store's key index (see the module)."""

@@ -72,9 +72,8 @@ class Table(faust.Table[Any, Any]):
             key_bytes = self._key_bytes(store, key)
             value = store._get(key_bytes)
         else:  # the same, with the batch's partition and sensors looked up once (batch_table)
-            in_batch.on_get(key)
             key_bytes = self._key_bytes(store, key)
-            value = in_batch.get(key_bytes)
+            value = in_batch.get(key, key_bytes)
         if value is None:
             return self.__missing__(key)
         load_value = self._load_value
@@ -103,8 +102,7 @@ class Table(faust.Table[Any, Any]):
                     partition = in_batch.write_partition = self.partition_for_key(key)
                     assert partition is not None  # the table does not partition by key
                 self._add_to_batch(changelog, key, partition, key_bytes, value_bytes)
-                in_batch.on_set(key, value)
-                in_batch.set(key_bytes, value_bytes)
+                in_batch.set(key, value, key_bytes, value_bytes)
                 return None
             partition = self.partition_for_key(key)
             if partition is not None:
