@@ -48,16 +48,18 @@ same for every record of it. `BatchTable` holds one table's part of one batch:
   call makes it). A sensor added during a batch is counted from the next batch. (A read counts
   after its key is encoded, not before: a key that cannot be encoded raises uncounted.)
 
-Other tables and stores keep Faust's per-call path (`for_batch` returns None): a store that is
-not Faust's RocksDB store or whose ``_get``, ``_set`` or ``_db_for_partition`` is not Faust's
-(``memory://``, a driver of another class), a global table, a table that partitions by key
-(``use_partitioner``), a windowed table (its writes also note the window's expiry), a table
-whose ``on_key_get`` is not Faust's, and every table outside a batch or in a batch whose
-changelog records take Faust's path (`batch_changelog.begin` returned None).
+Other tables and stores keep Faust's per-call path (`handles_table` is False, or `for_batch`
+returns None): a store that is not Faust's RocksDB store or whose ``_get``, ``_set`` or
+``_db_for_partition`` is not Faust's (``memory://``, a driver of another class), a global
+table, a table that partitions by key (``use_partitioner``), a windowed table (its writes also
+note the window's expiry), a table whose ``on_key_get`` is not Faust's, and every table
+outside a batch or in a batch whose changelog records take Faust's path
+(`batch_changelog.begin` returned None).
 
 Faust private names this relies on (checked at import, `streamapp.faust_compat.PRIVATE_NAMES`):
 ``faust.stores.rocksdb.Store._dbs``, ``._key_index``, ``._db_for_partition``, ``._get`` and
-``._set`` (compared, to know the store reads and writes as this module does).
+``._set`` (compared, to know the store reads and writes as this module does);
+``faust.tables.base.Collection._sensor_on_set`` (the table's sensor call of a write).
 Delete when Faust's store resolves a stream's partition once per event batch.
 Tests: tests/unit/streamapp/faust_compat/test_batch_table.py.
 """
