@@ -26,11 +26,14 @@ same for every record of it. `BatchTable` holds one table's part of one batch:
   may close a handle meanwhile (`store_revoke`), so a handle is never kept across calls;
 - **the key index**, updated once per batch: the keys the batch read (and found) or wrote are
   noted in order, and go into the index in one ``LRUCache.update`` when the batch ends (sent or
-  left unfinished) and before a deletion in the batch. The index ends with the same entries as
-  Faust's per-call assignments leave, in the same order: an assignment to a key the index holds
-  does not move it, and neither does ``update``; the new keys go last, oldest evicted first.
-  (Only a batch noting more new keys than the index holds could end otherwise; batches are at
-  most ``max_records`` records, the index 10,000 keys by default.) Who reads the index: the
+  left unfinished) and before a deletion in the batch. While the index has room for the
+  batch's new keys it ends with the entries Faust's per-call assignments leave, in the same
+  order: an assignment to a key the index holds does not move it, and neither does
+  ``update``; new keys go last. A full index (``table_key_index_size``, 10,000 keys by default)
+  can end with a few other old keys: Faust's calls evict the oldest key as each new one comes,
+  and put an evicted key back, as the newest, if the batch touches it again; the update evicts
+  the oldest keys once, after all of the batch's. Either way it holds at most that many keys,
+  the batch's among the newest. Who reads the index: the
   store's ``_del`` (it deletes a key in the indexed partition, or in every partition when the
   key is not indexed), hence the update before a deletion; and reads made without a current
   event (``_get``, ``_contains``: a web view, a timer), which take the index as a hint of
