@@ -12,8 +12,9 @@ requests of a static member (`static_membership`); Faust's table writes, encoded
 (`window_expiry`); its rebalance handlers, made incremental under the cooperative protocol
 (`incremental`); its fetch loop's hand-out of each record, without a task per record
 (`eager_hand_out`); its stream's acks and current event for an agent over batches
-(`batch_stream`), a batch topic's records handed out in one call (`batch_hand_out`), and a
-batch's changelog records, sent together (`batch_changelog`); its
+(`batch_stream`), a batch topic's records handed out in one call (`batch_hand_out`), a
+batch's changelog records, sent together (`batch_changelog`), and a batch's table reads and
+writes, with the partition, key index and sensors looked up once per batch (`batch_table`); its
 exactly_once sends, in the transaction of the record they are made for (`sends`), and what
 its topics send, encoded with codecs looked up once (`send_codecs`) and handed to the
 producer without Faust's layers in between (`direct_send`); the offsets
@@ -175,9 +176,12 @@ PRIVATE_NAMES: dict[str, tuple[str, ...]] = {
         "_retry_backoff",  # producer_metadata: the backoff between them
     ),
     "faust.stores.rocksdb:Store": (
-        "_dbs",  # access, store_revoke, store_offsets, window_expiry: the open handles
-        "_key_index",
+        "_dbs",  # access, store_revoke, store_offsets, window_expiry, batch_table: open handles
+        "_key_index",  # access: cleared; batch_table: a batch's keys noted once per batch
         "_open_for_partition",  # store_revoke: a store still locked here, collected and retried
+        "_db_for_partition",  # batch_table: a batch's reads and writes, partition found once
+        "_get",  # batch_table: compared, the store reads and writes as batch_table does
+        "_set",
     ),
     "faust.stores.base:SerializedStore": (
         "_encode_key",  # encode_once: one encoding per key and value a write needs

@@ -54,6 +54,7 @@ from faust.exceptions import ProducerSendError
 from faust.transport.drivers.aiokafka import Producer as FaustProducer
 from faust.types import TP, AppT
 
+from streamapp.faust_compat.batch_table import BatchTable
 from streamapp.faust_compat.sends import source_transactional_id
 
 logger = logging.getLogger(__name__)
@@ -71,6 +72,15 @@ class BatchChangelog:
         self.transactional_id = transactional_id  # the batch's transaction, under exactly_once
         #: (table, changelog topic, partition, key, value or None for a deletion)
         self.records: list[tuple[Any, str, int, bytes, bytes | None]] = []
+        #: id(table) -> that table's reads and writes in this batch (`batch_table`; None: the
+        #: table takes Faust's store calls in this batch). Ended with the batch.
+        self.tables: dict[int, BatchTable | None] = {}
+
+    def end_tables(self) -> None:
+        """The batch's tables are done with: their keys go to the stores' key indexes."""
+        for table in self.tables.values():
+            if table is not None:
+                table.index_keys()
 
     def add(self, table: Any, topic: str, partition: int, key: bytes, value: bytes | None) -> None:
         self.records.append((table, topic, partition, key, value))
@@ -160,12 +170,17 @@ async def end(changelog: BatchChangelog | None) -> None:
     """The batch's writes are done: send its changelog records."""
     _current.set(None)
     if changelog is not None:
+        changelog.end_tables()
         await changelog.send()
 
 
 def forget() -> None:
-    """A batch left unfinished: its writes no longer go to its changelog."""
+    """A batch left unfinished: its writes no longer go to its changelog (the stores were
+    written: their key indexes note the keys)."""
+    changelog = _current.get()
     _current.set(None)
+    if changelog is not None:
+        changelog.end_tables()
 
 
 def current() -> BatchChangelog | None:

@@ -38,7 +38,7 @@ import faust
 from faust.serializers.schemas import Schema
 from faust.stores.base import SerializedStore
 
-from streamapp.faust_compat import batch_changelog, resolved_codecs
+from streamapp.faust_compat import batch_changelog, batch_table, resolved_codecs
 
 #: Keys immutable enough to be reused by identity between a read and the write after it.
 _MEMO_KEY_TYPES = (str, bytes, int)
@@ -53,6 +53,9 @@ class Table(faust.Table[Any, Any]):
     _encodes_once: bool | None = None  # decided at the first read or write
     _same_bytes_store: SerializedStore[Any, Any] | None = None  # the store, if it encodes once
     _batch_changelog_topic: str | None = None  # the changelog topic's name, for batches
+    _in_batches = False  # reads and writes in a batch take batch_table's path (decided once)
+    # The batch last seen and this table's part of it (None: Faust's store calls).
+    _last_batch_table: tuple[Any, batch_table.BatchTable | None] | None = None
     # The store's codecs looked up once (resolved_codecs), when it encodes as Faust's does.
     _dump_key: Callable[[Any], bytes | None] | None = None
     _dump_value: Callable[[Any], bytes | None] | None = None
@@ -62,10 +65,15 @@ class Table(faust.Table[Any, Any]):
         store = self._serialized_store()
         if store is None:
             return super().__getitem__(key)
-        # Faust's: on_key_get, then `key in store` and `store[key]`, each encoding the key.
-        self.on_key_get(key)
-        key_bytes = self._key_bytes(store, key)
-        value = store._get(key_bytes)
+        in_batch = self._batch_table(store)
+        if in_batch is None:
+            # Faust's: on_key_get, then `key in store` and `store[key]`, each encoding the key.
+            self.on_key_get(key)
+            key_bytes = self._key_bytes(store, key)
+            value = store._get(key_bytes)
+        else:  # the same, with the batch's partition and sensors looked up once (batch_table)
+            key_bytes = self._key_bytes(store, key)
+            value = in_batch.get(key, key_bytes)
         if value is None:
             return self.__missing__(key)
         load_value = self._load_value
@@ -85,6 +93,17 @@ class Table(faust.Table[Any, Any]):
         value_bytes = store._encode_value(value) if dump_value is None else dump_value(value)
         changelog = batch_changelog.current()
         if changelog is not None:
+            in_batch = self._batch_table(store, changelog)
+            if in_batch is not None:
+                # Faust's on_key_set and the store's write, with what they look up per call
+                # looked up once per batch (batch_table); the record joins the batch's.
+                partition = in_batch.write_partition
+                if partition is None:
+                    partition = in_batch.write_partition = self.partition_for_key(key)
+                    assert partition is not None  # the table does not partition by key
+                self._add_to_batch(changelog, key, partition, key_bytes, value_bytes)
+                in_batch.set(key, value, key_bytes, value_bytes)
+                return None
             partition = self.partition_for_key(key)
             if partition is not None:
                 # In a batch: the record joins the batch's, sent as the batch ends.
@@ -117,6 +136,11 @@ class Table(faust.Table[Any, Any]):
         self._add_to_batch(changelog, key, partition, self._key_bytes(store, key), None)
         self._maybe_del_key_ttl(key, partition)
         self._sensor_on_del(self, key)
+        in_batch = changelog.tables.get(id(self))
+        if in_batch is not None:
+            # The store's deletion, next, finds the key's partition in its key index: the
+            # batch's keys go there first, as Faust's per-call path would have put them.
+            in_batch.index_keys()
         return None
 
     def _batch_target(
@@ -131,6 +155,30 @@ class Table(faust.Table[Any, Any]):
         if store is None:
             return None, None, None
         return store, changelog, self.partition_for_key(key)
+
+    def _batch_table(
+        self,
+        store: SerializedStore[Any, Any],
+        changelog: batch_changelog.BatchChangelog | None = None,
+    ) -> batch_table.BatchTable | None:
+        """This table's part of the batch being processed, if it takes `batch_table`'s path."""
+        if not self._in_batches:
+            return None
+        if changelog is None:
+            changelog = batch_changelog.current()
+            if changelog is None:
+                return None
+        last = self._last_batch_table
+        if last is not None and last[0] is changelog:
+            return last[1]
+        tables = changelog.tables
+        key = id(self)
+        if key in tables:  # another task's batch came in between
+            found = tables[key]
+        else:
+            found = tables[key] = batch_table.for_batch(self, store)
+        self._last_batch_table = (changelog, found)
+        return found
 
     def _add_to_batch(
         self,
@@ -164,6 +212,7 @@ class Table(faust.Table[Any, Any]):
             if self._encodes_once:
                 self._same_bytes_store = cast(SerializedStore[Any, Any], store)
                 self._resolve_codecs(self._same_bytes_store)
+                self._in_batches = batch_table.handles_table(self, store)
         return self._same_bytes_store
 
     def _resolve_codecs(self, store: SerializedStore[Any, Any]) -> None:

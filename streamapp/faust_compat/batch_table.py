@@ -1,0 +1,185 @@
+"""A table's reads and writes in a batch, with what Faust looks up per call looked up once per
+batch (issue 16).
+
+A table read or write in an agent, through Faust's RocksDB store, does per call:
+
+- find the partition: ``current_event()`` (a context variable and a weak reference), its
+  message's partition, the table's ``is_global`` and ``use_partitioner`` (the store's ``_get``
+  and ``_set``, and for a write the table's ``partition_for_key`` once more), then
+  ``_db_for_partition``;
+- note the key in the store's key index (``_key_index``: mode's ``LRUCache`` of
+  ``table_key_index_size`` entries, key -> the partition it was last found or written in),
+  on every write and on every read that finds the key;
+- call the sensors: ``on_key_get`` / ``on_table_set`` through Faust's ``SensorDelegate`` to each
+  sensor (Faust's ``Monitor`` adds one to the table's ``keys_retrieved`` or ``keys_updated``).
+
+While `streamapp.batches` hands an agent a batch, Faust's current event is the batch's last
+record from its start to its end (`batch_stream.set_current_event`), so the partition is the
+same for every record of it. `BatchTable` holds one table's part of one batch:
+
+- **the partition**, read off the current event once per batch, and for the batch's first write
+  asked of the table's own ``partition_for_key`` once (its check that the source topic is
+  co-partitioned with the changelog included; Faust's reads do not check it, nor do these);
+- **the partition's store**, looked up in the store's open handles per call (a dict lookup, as
+  ``_db_for_partition`` does it, without the call; a missing one is opened by
+  ``_db_for_partition``, as Faust would): the agent may await inside a batch, and a rebalance
+  may close a handle meanwhile (`store_revoke`), so a handle is never kept across calls;
+- **the key index**, updated once per batch: the keys the batch read (and found) or wrote are
+  noted in order, and go into the index in one ``LRUCache.update`` when the batch ends (sent or
+  left unfinished) and before a deletion in the batch. While the index has room for the
+  batch's new keys it ends with the entries Faust's per-call assignments leave, in the same
+  order: an assignment to a key the index holds does not move it, and neither does
+  ``update``; new keys go last. A full index (``table_key_index_size``, 10,000 keys by default)
+  can end with a few other old keys: Faust's calls evict the oldest key as each new one comes,
+  and put an evicted key back, as the newest, if the batch touches it again; the update evicts
+  the oldest keys once, after all of the batch's. Either way it holds at most that many keys,
+  the batch's among the newest. Who reads the index: the
+  store's ``_del`` (it deletes a key in the indexed partition, or in every partition when the
+  key is not indexed), hence the update before a deletion; and reads made without a current
+  event (``_get``, ``_contains``: a web view, a timer), which take the index as a hint of
+  where to look first and otherwise look in each partition. Such a read made by another task
+  while the agent awaits inside a batch can find this batch's new keys not indexed yet, as it
+  can find a key the index evicted: it finds them in their partition's store all the same.
+  Reads and writes inside the batch (the store's ``_get``, ``_set`` and ``_contains`` with a
+  current event) never read the index.
+- **the sensors**, when each sensor of the app is Faust's own ``Monitor`` (its table sensors
+  not overridden: they only count) and holds the table's ``TableState`` already: the states are
+  looked up once per batch and counted per call, so ``keys_retrieved`` and ``keys_updated``
+  are at every moment what Faust's calls would have made them. Any other sensor (a Prometheus,
+  statsd or Datadog monitor, an app's own) is called per read and write by Faust's delegate,
+  with the key and value, as before; so is a table the monitor has no state for yet (its first
+  call makes it). A sensor added during a batch is counted from the next batch. (A read counts
+  after its key is encoded, not before: a key that cannot be encoded raises uncounted.)
+
+Other tables and stores keep Faust's per-call path (`handles_table` is False, or `for_batch`
+returns None): a store that is not Faust's RocksDB store or whose ``_get``, ``_set`` or
+``_db_for_partition`` is not Faust's (``memory://``, a driver of another class), a global
+table, a table that partitions by key (``use_partitioner``), a windowed table (its writes also
+note the window's expiry), a table whose ``on_key_get`` is not Faust's, and every table
+outside a batch or in a batch whose changelog records take Faust's path
+(`batch_changelog.begin` returned None).
+
+Faust private names this relies on (checked at import, `streamapp.faust_compat.PRIVATE_NAMES`):
+``faust.stores.rocksdb.Store._dbs``, ``._key_index``, ``._db_for_partition``, ``._get`` and
+``._set`` (compared, to know the store reads and writes as this module does);
+``faust.tables.base.Collection._sensor_on_set`` (the table's sensor call of a write).
+Delete when Faust's store resolves a stream's partition once per event batch.
+Tests: tests/unit/streamapp/faust_compat/test_batch_table.py.
+"""
+
+from __future__ import annotations
+
+from itertools import repeat
+from typing import Any
+
+import faust
+from faust.sensors import Monitor
+from faust.sensors.monitor import TableState
+from faust.stores.rocksdb import Store as RocksDBStore
+
+
+def handles_table(table: Any, store: Any) -> bool:
+    """True if ``table``'s reads and writes in a batch can take `BatchTable` (decided once per
+    table: nothing it depends on changes while the table lives)."""
+    cls = type(store)
+    return (
+        isinstance(store, RocksDBStore)
+        and (cls._get, cls._set, cls._db_for_partition)
+        == (RocksDBStore._get, RocksDBStore._set, RocksDBStore._db_for_partition)
+        and not table.is_global
+        and not table.use_partitioner
+        and table.window is None
+        and type(table).on_key_get is faust.Table.on_key_get
+    )
+
+
+def for_batch(table: Any, store: Any) -> BatchTable | None:
+    """``table``'s part of the batch being processed (it must be one `handles_table` takes);
+    None when no current event gives the batch's partition."""
+    event = faust.current_event()
+    if event is None:
+        return None
+    # What the store's _get and _set read; a write also checks, once per batch, that the
+    # source topic is co-partitioned with the changelog (the table's partition_for_key).
+    return BatchTable(table, store, event.message.partition, _table_states(table))
+
+
+def _table_states(table: Any) -> tuple[TableState, ...] | None:
+    """The ``TableState`` of ``table`` in each of the app's sensors, when every sensor is Faust's
+    ``Monitor`` counting as Faust's does and has one; else None (Faust's calls per read and
+    write)."""
+    states: list[TableState] = []
+    for sensor in table.app.sensors:
+        cls = type(sensor)
+        if not isinstance(sensor, Monitor) or (
+            cls.on_table_get,
+            cls.on_table_set,
+        ) != (Monitor.on_table_get, Monitor.on_table_set):
+            return None
+        state = sensor.tables.get(table.name)
+        if state is None:
+            return None  # Faust's first call makes it
+        states.append(state)
+    return tuple(states)
+
+
+class BatchTable:
+    """One table's reads and writes of bytes during one batch (see the module)."""
+
+    __slots__ = ("_indexed", "dbs", "partition", "states", "store", "table", "write_partition")
+
+    def __init__(
+        self, table: Any, store: Any, partition: int, states: tuple[TableState, ...] | None
+    ) -> None:
+        self.table = table
+        self.store = store
+        self.partition = partition
+        #: The table's ``partition_for_key`` (Faust's, checks included), once a write asked.
+        self.write_partition: int | None = None
+        self.dbs: dict[int, Any] = store._dbs
+        #: The monitors' states of the table, counted here; None: Faust's sensor calls.
+        self.states = states
+        #: Keys found or written in this batch, in the order first noted, for the key index.
+        self._indexed: dict[bytes, None] = {}
+
+    def _db(self) -> Any:
+        """The partition's open handle; a missing one (closed during an await in the batch, by
+        a rebalance) opened again by ``_db_for_partition``, as Faust's calls would."""
+        return self.store._db_for_partition(self.partition)
+
+    def get(self, key: Any, key_bytes: bytes) -> bytes | None:
+        """The table's ``on_key_get`` (its sensors), then the store's ``_get`` of ``key_bytes``
+        with the batch's event."""
+        states = self.states
+        if states is None:
+            self.table.on_key_get(key)
+        else:
+            for state in states:
+                state.keys_retrieved += 1
+        db = self.dbs.get(self.partition)  # _db_for_partition's lookup, without the call
+        value: bytes | None = (self._db() if db is None else db).get(key_bytes)
+        if value is not None:
+            self._indexed[key_bytes] = None
+        return value
+
+    def set(self, key: Any, value: Any, key_bytes: bytes, value_bytes: bytes | None) -> None:
+        """What Faust's ``on_key_set`` does after the changelog record (the sensors; the key's
+        ttl is a windowed table's, which this does not take), then the store's ``_set``."""
+        states = self.states
+        if states is None:
+            self.table._sensor_on_set(self.table, key, value)
+        else:
+            for state in states:
+                state.keys_updated += 1
+        db = self.dbs.get(self.partition)
+        if db is None:
+            db = self._db()
+        self._indexed[key_bytes] = None
+        db.put(key_bytes, value_bytes)
+
+    def index_keys(self) -> None:
+        """Put the keys noted so far in the store's key index (see the module)."""
+        indexed = self._indexed
+        if indexed:
+            self._indexed = {}
+            self.store._key_index.update(zip(indexed, repeat(self.partition)))

@@ -1,0 +1,327 @@
+"""A batch's table reads and writes look the partition, key index and sensors up once per batch,
+and leave what Faust's per-call store calls leave (issue 16, `batch_table`).
+
+A real rocksdict store in a temporary directory; Faust's own producer object, its aiokafka
+producer a stand-in that keeps what it is sent and hands back futures the test resolves (no
+broker). "Faust's calls" is the same table with `batch_table`'s path turned off: the store's
+``_get`` / ``_set``, the key index and the sensors per call, as before this path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import weakref
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+import pytest
+from aiokafka.structs import RecordMetadata, TopicPartition
+from faust.exceptions import PartitionsMismatch
+from faust.sensors import Sensor
+from faust.stores.memory import Store as MemoryStore
+from faust.stores.rocksdb import Store as RocksDBStore
+from faust.streams import _current_event
+from faust.types import TP
+
+from streamapp import App
+from streamapp.faust_compat import batch_changelog, batch_table
+
+SOURCE = TP("source", 2)
+CHANGELOG = "batch-table-test-counts-changelog"
+
+
+class _AioProducer:
+    """aiokafka's producer as the batch path uses it: ``send`` keeps and returns a future."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, bytes | None, bytes | None, int | None]] = []
+        self.futures: list[asyncio.Future[Any]] = []
+
+    async def send(
+        self,
+        topic: str,
+        value: bytes | None = None,
+        key: bytes | None = None,
+        partition: Any = None,
+    ) -> asyncio.Future[Any]:
+        self.sent.append((topic, key, value, partition))
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self.futures.append(fut)
+        return fut
+
+
+def _event_of(partition: int) -> Any:
+    event = mock.Mock()
+    event.message.partition = partition
+    event.message.topic = SOURCE.topic
+    return event
+
+
+@pytest.fixture
+def in_batch() -> Iterator[None]:
+    """Code runs as a batch agent does: the current event is the batch's last record."""
+    event = _event_of(SOURCE.partition)
+    token = _current_event.set(weakref.ref(event))
+    try:
+        yield
+    finally:
+        _current_event.reset(token)
+        batch_changelog.forget()
+
+
+def _app(path: Path, name: str = "counts", **table_options: Any) -> tuple[Any, Any, _AioProducer]:
+    """An app as a worker has it (Faust's monitor as its sensor), its table, its producer."""
+    app = App("batch-table-test", datadir=str(path), topic_partitions=4)
+    app.in_worker = True
+    app.sensors.add(app.monitor)
+    aio = _AioProducer()
+    app.producer._producer = aio
+    app.producer.send_soon = mock.Mock(side_effect=AssertionError("Faust's buffered path"))
+    app.maybe_start_producer = mock.AsyncMock(return_value=app.producer)
+    table_options.setdefault("default", int)
+    table = app.Table(name, partitions=4, **table_options)
+    table._verify_source_topic_partitions = lambda topic: None
+    return app, table, aio
+
+
+def _faust_calls(table: Any) -> Any:
+    """``table`` with batch_table's path off: Faust's store calls per read and write."""
+    table._serialized_store()  # decides the path once; then turned off
+    table._in_batches = False
+    return table
+
+
+def _work(table: Any) -> None:
+    """Reads and writes of one batch, some reading what the batch wrote."""
+    table["a"] += 1
+    table["a"] += 1
+    table["b"] = {"n": 1}
+    assert table["b"] == {"n": 1}
+    assert "b" in table
+    del table["b"]
+    assert "b" not in table and table["b"] == 0  # the default: gone from the store
+    table["c"] = 3
+    table["a"] += table["c"]
+
+
+def _rows(store: Any, partition: int) -> list[tuple[bytes, bytes]]:
+    return sorted(store._db_for_partition(partition).items())
+
+
+async def test_a_batch_leaves_what_fausts_calls_leave(tmp_path: Path, in_batch: None) -> None:
+    _, fast, fast_aio = _app(tmp_path / "fast")
+    _, slow, slow_aio = _app(tmp_path / "slow")
+    _faust_calls(slow)
+    for table in (fast, slow):
+        changelog = batch_changelog.begin(table.app, SOURCE)
+        with mock.patch.object(table.data, "_get", wraps=table.data._get) as get:
+            _work(table)
+        assert (get.call_count == 0) is (table is fast)  # the path taken
+        await batch_changelog.end(changelog)
+    # The changelog records (bytes, order, partition), the store, its key index, the counts.
+    assert fast_aio.sent == slow_aio.sent
+    assert [value for _, _, value, _ in fast_aio.sent] == [b"1", b"2", b'{"n":1}', None, b"3", b"5"]
+    assert _rows(fast.data, 2) == _rows(slow.data, 2) == [(b'"a"', b"5"), (b'"c"', b"3")]
+    assert list(fast.data._key_index.items()) == list(slow.data._key_index.items())
+    assert list(fast.data._key_index.items()) == [(b'"a"', 2), (b'"b"', 2), (b'"c"', 2)]
+    states = (fast.app.monitor.tables["counts"], slow.app.monitor.tables["counts"])
+    assert [(s.keys_retrieved, s.keys_updated, s.keys_deleted) for s in states] == [(6, 5, 1)] * 2
+
+
+async def test_reads_and_writes_go_to_the_batchs_partition_only(
+    tmp_path: Path, in_batch: None
+) -> None:
+    app, counts, _ = _app(tmp_path)
+    other = counts.data._db_for_partition(1)
+    other.put(b'"a"', b"40")  # the same key in another partition's store
+    changelog = batch_changelog.begin(app, SOURCE)
+    assert counts["a"] == 0
+    counts["a"] += 1
+    await batch_changelog.end(changelog)
+    assert _rows(counts.data, 2) == [(b'"a"', b"1")]
+    assert other[b'"a"'] == b"40"
+
+
+async def test_the_persisted_offset_follows_the_last_delivery(
+    tmp_path: Path, in_batch: None
+) -> None:
+    app, counts, aio = _app(tmp_path)
+    changelog = batch_changelog.begin(app, SOURCE)
+    with mock.patch.object(RocksDBStore, "_set", side_effect=AssertionError("per-call path")):
+        counts["a"] += 1
+        counts["b"] += 1
+    await batch_changelog.end(changelog)
+    store, tp = counts.data, TP(CHANGELOG, 2)
+    assert store.persisted_offset(tp) is None
+    for offset, fut in enumerate(aio.futures, start=20):
+        fut.set_result(RecordMetadata(CHANGELOG, 2, TopicPartition(CHANGELOG, 2), offset, -1, 0, 0))
+    await asyncio.sleep(0)
+    assert store.persisted_offset(tp) == 21
+    assert _rows(store, 2) == [(b'"a"', b"1"), (b'"b"', b"1"), (store.offset_key, b"21")]
+
+
+async def test_a_deletion_finds_the_key_the_batch_wrote_in_the_index(
+    tmp_path: Path, in_batch: None
+) -> None:
+    """Faust's ``_del`` deletes where the key index says, and everywhere for a key it does not
+    hold: the batch's keys reach the index before a deletion in the batch."""
+    app, counts, _ = _app(tmp_path)
+    other = counts.data._db_for_partition(1)
+    other.put(b'"a"', b"40")
+    changelog = batch_changelog.begin(app, SOURCE)
+    counts["a"] = 5
+    del counts["a"]
+    await batch_changelog.end(changelog)
+    assert "a" not in counts and _rows(counts.data, 2) == []
+    assert other[b'"a"'] == b"40"  # another partition's key, not deleted
+
+
+async def test_an_unfinished_batch_still_indexes_its_keys(tmp_path: Path, in_batch: None) -> None:
+    app, counts, _ = _app(tmp_path)
+    batch_changelog.begin(app, SOURCE)
+    counts["a"] = 1
+    assert b'"a"' not in counts.data._key_index  # noted once per batch
+    batch_changelog.forget()  # what batches() does for a batch its agent left
+    assert counts.data._key_index[b'"a"'] == 2
+
+
+async def test_batches_of_two_tasks_keep_their_partitions(tmp_path: Path, in_batch: None) -> None:
+    app, counts, aio = _app(tmp_path)
+    changelogs = {}
+
+    async def batch_of(partition: int, steps: asyncio.Queue[None], done: asyncio.Event) -> None:
+        _current_event.set(weakref.ref(event := _event_of(partition)))
+        changelogs[partition] = batch_changelog.begin(app, TP(SOURCE.topic, partition))
+        for _ in range(2):
+            await steps.get()
+            counts["a"] += 1
+        await batch_changelog.end(changelogs[partition])
+        done.set()
+        del event
+
+    queues = {p: asyncio.Queue[None]() for p in (1, 3)}
+    finished = {p: asyncio.Event() for p in (1, 3)}
+    tasks = [asyncio.ensure_future(batch_of(p, queues[p], finished[p])) for p in (1, 3)]
+    for p in (1, 3, 3, 1):  # interleaved: each write finds the other task's batch last
+        queues[p].put_nowait(None)
+        await asyncio.sleep(0)
+    await asyncio.gather(*tasks)
+    assert _rows(counts.data, 1) == [(b'"a"', b"2")] and _rows(counts.data, 3) == [(b'"a"', b"2")]
+    assert sorted(p for *_, p in aio.sent) == [1, 1, 3, 3]
+
+
+async def test_a_handle_closed_during_the_batch_is_opened_again(
+    tmp_path: Path, in_batch: None
+) -> None:
+    """A rebalance may close a partition's store while the agent awaits inside a batch: the
+    next write opens it again, as Faust's ``_db_for_partition`` does, and no closed handle is
+    written."""
+    app, counts, _ = _app(tmp_path)
+    changelog = batch_changelog.begin(app, SOURCE)
+    counts["a"] = 1
+    store = counts.data
+    store._dbs.pop(2).close()
+    counts["a"] += 1
+    await batch_changelog.end(changelog)
+    assert _rows(store, 2) == [(b'"a"', b"2")]
+
+
+class _Recording(Sensor):
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[tuple[str, Any, Any]] = []
+
+    def on_table_get(self, table: Any, key: Any) -> None:
+        self.calls.append(("get", key, None))
+
+    def on_table_set(self, table: Any, key: Any, value: Any) -> None:
+        self.calls.append(("set", key, value))
+
+
+async def test_sensors_that_are_not_fausts_monitor_are_called_per_read_and_write(
+    tmp_path: Path, in_batch: None
+) -> None:
+    app, counts, _ = _app(tmp_path)
+    recording = _Recording()
+    app.sensors.add(recording)
+    changelog = batch_changelog.begin(app, SOURCE)
+    counts["a"] += 1
+    counts["a"] += 1
+    assert recording.calls == [
+        ("get", "a", None),
+        ("set", "a", 1),
+        ("get", "a", None),
+        ("set", "a", 2),
+    ]
+    assert app.monitor.tables["counts"].keys_updated == 2
+    await batch_changelog.end(changelog)
+
+
+async def test_the_monitor_counts_at_every_moment(tmp_path: Path, in_batch: None) -> None:
+    app, counts, _ = _app(tmp_path)
+    changelog = batch_changelog.begin(app, SOURCE)
+    counts["a"] += 1  # the monitor has no state for the table yet: Faust's call makes it
+    state = app.monitor.tables["counts"]
+    assert (state.keys_retrieved, state.keys_updated) == (1, 1)
+    await batch_changelog.end(changelog)
+    changelog = batch_changelog.begin(app, SOURCE)
+    counts["a"] += 1
+    assert (state.keys_retrieved, state.keys_updated) == (2, 2)  # counted per call, not at the end
+    counts["b"] = 1
+    assert (state.keys_retrieved, state.keys_updated) == (2, 3)
+    await batch_changelog.end(changelog)
+    assert batch_table.for_batch(counts, counts.data) is not None
+
+
+async def test_other_tables_keep_fausts_calls(tmp_path: Path, in_batch: None) -> None:
+    app, counts, aio = _app(tmp_path)
+    windowed = app.Table("windowed", default=int, partitions=4).tumbling(10.0).relative_to_now()
+    keyed = app.Table("keyed", default=int, partitions=4, use_partitioner=True)
+    for table in (windowed.table, keyed):
+        table._serialized_store()
+        assert not table._in_batches, table.name
+    changelog = batch_changelog.begin(app, SOURCE)
+    store = windowed.table.data
+    with mock.patch.object(store, "_set", wraps=store._set) as set_:
+        windowed["k"] += 1  # Faust's store calls (and the window's expiry noted)
+    assert set_.call_count == 1 and windowed["k"].now() == 1
+    assert windowed.table._partition_timestamps[2]  # the expiry heap, as Faust's write notes it
+    await batch_changelog.end(changelog)
+    assert [topic for topic, *_ in aio.sent] == ["batch-table-test-windowed-changelog"]
+
+    global_table = app.GlobalTable("global", default=int, partitions=4)
+    assert not batch_table.handles_table(global_table, global_table.data)
+
+    class OwnStore(RocksDBStore):
+        def _get(self, key: bytes) -> bytes | None:
+            return super()._get(key)
+
+    own = app.Table("own", default=int, partitions=4)
+    assert not batch_table.handles_table(own, OwnStore("rocksdb://", app, own))
+    assert not batch_table.handles_table(counts, MemoryStore("memory://", app, counts))
+    assert batch_table.handles_table(counts, counts.data)
+
+
+async def test_outside_a_batch_fausts_calls(tmp_path: Path, in_batch: None) -> None:
+    _, counts, _ = _app(tmp_path)
+    counts.app.producer.send_soon = mock.Mock()
+    with mock.patch.object(counts.data, "_set", wraps=counts.data._set) as set_:
+        counts["a"] = 1
+    assert set_.call_count == 1
+    assert counts.data._key_index[b'"a"'] == 2
+
+
+async def test_only_a_write_checks_the_co_partitioning(tmp_path: Path, in_batch: None) -> None:
+    """Faust checks that the source topic is co-partitioned with the changelog when a write
+    asks for its partition (``partition_for_key``), not on a read: so does a batch."""
+    app, counts, _ = _app(tmp_path)
+    counts._verify_source_topic_partitions = mock.Mock(side_effect=PartitionsMismatch("source"))
+    changelog = batch_changelog.begin(app, SOURCE)
+    assert counts["a"] == 0
+    with pytest.raises(PartitionsMismatch):
+        counts["a"] = 1
+    counts._verify_source_topic_partitions.assert_called_once_with(SOURCE.topic)
+    batch_changelog.forget()
+    assert changelog is not None and changelog.records == []
