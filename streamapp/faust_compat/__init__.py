@@ -12,8 +12,9 @@ requests of a static member (`static_membership`); Faust's table writes, encoded
 (`window_expiry`); its rebalance handlers, made incremental under the cooperative protocol
 (`incremental`); its fetch loop's hand-out of each record, without a task per record
 (`eager_hand_out`); its stream's acks and current event for an agent over batches
-(`batch_stream`), a batch topic's records handed out in one call (`batch_hand_out`), and a
-batch's changelog records, sent together (`batch_changelog`); its
+(`batch_stream`), a batch topic's records handed out in one call (`batch_hand_out`) and a
+fetched partition's at a time (`partition_hand_out`), and a batch's changelog records, sent
+together (`batch_changelog`); its
 exactly_once sends, in the transaction of the record they are made for (`sends`), and what
 its topics send, encoded with codecs looked up once (`send_codecs`) and handed to the
 producer without Faust's layers in between (`direct_send`); the offsets
@@ -65,6 +66,7 @@ PRIVATE_NAMES: dict[str, tuple[str, ...]] = {
     "faust.transport.drivers.aiokafka:Consumer": (
         "_new_consumer_thread",
         "_thread",
+        "_to_message",  # partition_hand_out (fix 28): a record's message, as Faust's getmany
     ),
     "faust.transport.consumer:Consumer": (
         "_getmany",  # transport fix 7: records of a partition no longer active
@@ -79,7 +81,8 @@ PRIVATE_NAMES: dict[str, tuple[str, ...]] = {
         "_should_commit",
         "_wait_for_ack",
         "_commit_fut",  # transport fix 24: the fetch loop's commit, left to the one in flight
-        "_read_offset",  # recovery: the last record handed out; fix 27: moved back
+        "_read_offset",  # recovery: the last record handed out; fix 27: moved back; 28: set
+        "_commit_every",  # partition_hand_out (fix 28): the fetch loop's commit, left to it
         "_committed_offset",  # incremental: the gained partitions' seek, as perform_seek's
         "_drain_messages",  # eager_hand_out: its per-record wait_first call is recognised
         "_acked_index",  # batch_stream: a batch acked as Consumer.ack acks one record
