@@ -24,6 +24,11 @@ record takes the whole usual path, which decodes it again and handles its error 
 So the ledger, the commit between records under exactly_once, flow control during a
 rebalance and the bad-record policy see the same records in the same order as before.
 
+A fetch's records of a batch topic mostly reach this a partition at a time
+(`streamapp.faust_compat.partition_hand_out`): ``target_for`` checks the partition once and
+``put`` hands out each record; the call per record (``__call__``) serves the records that
+take Faust's fetch loop record by record.
+
 Decoding with resolved codecs (`streamapp.faust_compat.resolved_codecs`) is what Faust's
 ``Schema.loads_key`` / ``loads_value`` do for a schema of Faust's own class (a subclass keeps
 Faust's path).

@@ -814,6 +814,11 @@ class Consumer(faust_aiokafka.Consumer):
             self, self._batch_hand_out, self.batch_topics, BATCH_AHEAD_LIMIT
         )
 
+    @property
+    def handed_out_by_partition(self) -> int:
+        """Records (of `handed_out_at_once`) handed out a partition at a time (fix 28)."""
+        return self._partition_hand_out.handed_out
+
     async def wait_first(self, *coros: Any, timeout: Any = None) -> WaitResults:
         # Faust's fetch loop calls ``wait_first(callback(message), self.suspend_flow.wait())``
         # once per record: that call starts with the hand-out's first step at once, in the
