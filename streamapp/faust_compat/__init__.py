@@ -12,9 +12,10 @@ requests of a static member (`static_membership`); Faust's table writes, encoded
 (`window_expiry`); its rebalance handlers, made incremental under the cooperative protocol
 (`incremental`); its fetch loop's hand-out of each record, without a task per record
 (`eager_hand_out`); its stream's acks and current event for an agent over batches
-(`batch_stream`), a batch topic's records handed out in one call (`batch_hand_out`), a
-batch's changelog records, sent together (`batch_changelog`), and a batch's table reads and
-writes, with the partition, key index and sensors looked up once per batch (`batch_table`); its
+(`batch_stream`), a batch topic's records handed out in one call (`batch_hand_out`) and a
+fetched partition's at a time (`partition_hand_out`), a batch's changelog records, sent
+together (`batch_changelog`), and a batch's table reads and writes, with the partition, key
+index and sensors looked up once per batch (`batch_table`); its
 exactly_once sends, in the transaction of the record they are made for (`sends`), and what
 its topics send, encoded with codecs looked up once (`send_codecs`) and handed to the
 producer without Faust's layers in between (`direct_send`); the offsets
@@ -66,6 +67,7 @@ PRIVATE_NAMES: dict[str, tuple[str, ...]] = {
     "faust.transport.drivers.aiokafka:Consumer": (
         "_new_consumer_thread",
         "_thread",
+        "_to_message",  # partition_hand_out (fix 28): a record's message, as Faust's getmany
     ),
     "faust.transport.consumer:Consumer": (
         "_getmany",  # transport fix 7: records of a partition no longer active
@@ -80,7 +82,8 @@ PRIVATE_NAMES: dict[str, tuple[str, ...]] = {
         "_should_commit",
         "_wait_for_ack",
         "_commit_fut",  # transport fix 24: the fetch loop's commit, left to the one in flight
-        "_read_offset",  # recovery: the last record handed out; fix 27: moved back
+        "_read_offset",  # recovery: the last record handed out; fix 27: moved back; 28: set
+        "_commit_every",  # partition_hand_out (fix 28): the fetch loop's commit, left to it
         "_committed_offset",  # incremental: the gained partitions' seek, as perform_seek's
         "_drain_messages",  # eager_hand_out: its per-record wait_first call is recognised
         "_acked_index",  # batch_stream: a batch acked as Consumer.ack acks one record

@@ -24,6 +24,11 @@ record takes the whole usual path, which decodes it again and handles its error 
 So the ledger, the commit between records under exactly_once, flow control during a
 rebalance and the bad-record policy see the same records in the same order as before.
 
+A fetch's records of a batch topic mostly reach this a partition at a time
+(`streamapp.faust_compat.partition_hand_out`): ``target_for`` checks the partition once and
+``put`` hands out each record; the call per record (``__call__``) serves the records that
+take Faust's fetch loop record by record.
+
 Decoding with resolved codecs (`streamapp.faust_compat.resolved_codecs`) is what Faust's
 ``Schema.loads_key`` / ``loads_value`` do for a schema of Faust's own class (a subclass keeps
 Faust's path).
@@ -162,32 +167,36 @@ class BatchHandOut:
             target = self._targets[tp] = _Target(self.consumer, tp, channels, channel, decode)
         return target if target.decode is not None else None
 
-    def __call__(self, message: Message | None) -> bool:
-        """True when the record was handed out (or refused by the ledger) here; False when
-        nothing was done and it takes the usual path."""
-        if message is None:
-            return False
-        tp = message.tp
+    def target_for(self, tp: TP) -> _Target | None:
+        """Where ``tp``'s records go when nothing in their hand-out would wait, else None (then
+        they take the usual path): what ``hand_out_between_commits`` and the conductor would
+        wait for or do otherwise, checked for the partition. Nothing here changes while the
+        event loop runs no other task, so it holds for a run of the partition's records handed
+        out in one call (`streamapp.faust_compat.partition_hand_out`)."""
         if (
             not self._handing_out.is_set()
             or tp in self._giving_up
             or self._conductor._tp_to_callback_lock.locked()
             or not self._flow_control.is_active()
+            or self._producer_buffer_over()
         ):
-            self.declined += 1
-            return False
-        if self._producer_buffer_over():
-            self.declined += 1
-            return False
-        target = self._target(tp)
-        decode = target.decode if target is not None else None
-        if target is None or decode is None or target.queue.full():
-            self.declined += 1
+            return None
+        return self._target(tp)
+
+    def flow_is_active(self) -> bool:
+        """Whether the app's flow control lets records through (the conductor's ``acquire``)."""
+        return bool(self._flow_control.is_active())
+
+    def put(self, target: _Target, message: Message) -> bool:
+        """``message`` (of ``target``'s partition) admitted, tracked and put in the queue, or
+        refused by the ledger: True. False when its queue is full or it does not decode with
+        the resolved codecs: then nothing was done, and it takes the usual path."""
+        decode = target.decode
+        if decode is None or target.queue.full():
             return False
         try:
             event = decode(message)
         except Exception:  # Faust's path decodes it again and handles the error
-            self.declined += 1
             return False
         if not self._admit(message):
             return True
@@ -201,4 +210,15 @@ class BatchHandOut:
             on_pressure_drop=target.on_pressure_drop,
         )
         self.handed_out += 1
+        return True
+
+    def __call__(self, message: Message | None) -> bool:
+        """True when the record was handed out (or refused by the ledger) here; False when
+        nothing was done and it takes the usual path."""
+        if message is None:
+            return False
+        target = self.target_for(message.tp)
+        if target is None or not self.put(target, message):
+            self.declined += 1
+            return False
         return True

@@ -252,6 +252,15 @@
     A clear while the flow is suspended (a stop, an eager revocation) seeks nothing. Tests:
     tests/unit/streamapp/faust_compat/test_dropped_records.py;
     tests/unit/streamapp/test_hand_out.py; tests/integration/test_queue_clear.py.
+
+28. A round's records of a topic an agent reads in batches are handed to its stream's queue a
+    partition at a time, in one call per partition, before Faust's ``getmany`` takes the rest
+    record by record (``Consumer._getmany``; see
+    ``streamapp.faust_compat.partition_hand_out``, which says when to delete it): per record,
+    what Faust's ``getmany`` and fetch loop do (the message, the generation check, the read
+    mark) and fix 21's hand-out, without their per-record coroutines. Whatever would wait or
+    is unusual leaves the rest of the partition's round to them. Test:
+    tests/unit/streamapp/faust_compat/test_partition_hand_out.py.
 """
 
 from __future__ import annotations
@@ -289,6 +298,7 @@ from streamapp.faust_compat.eager_hand_out import (
     eager_wait_first,
     is_coroutine_of,
 )
+from streamapp.faust_compat.partition_hand_out import PartitionHandOut
 from streamapp.hand_out import HandOutLedger
 
 logger = logging.getLogger(__name__)
@@ -805,6 +815,14 @@ class Consumer(faust_aiokafka.Consumer):
         self._fetched_topic: str | None = None
         self._fetched_message: Message | None = None
         self._batch_hand_out = BatchHandOut(self, self._admit, self._handing_out, self._giving_up)
+        self._partition_hand_out = PartitionHandOut(
+            self, self._batch_hand_out, self.batch_topics, BATCH_AHEAD_LIMIT
+        )
+
+    @property
+    def handed_out_by_partition(self) -> int:
+        """Records (of `handed_out_at_once`) handed out a partition at a time (fix 28)."""
+        return self._partition_hand_out.handed_out
 
     async def wait_first(self, *coros: Any, timeout: Any = None) -> WaitResults:
         # Faust's fetch loop calls ``wait_first(callback(message), self.suspend_flow.wait())``
@@ -978,18 +996,22 @@ class Consumer(faust_aiokafka.Consumer):
         # records went that way resumed ~1,000 records further on, and its offset claimed them
         # all (issue 11). Such records go back: their partition is sought to the first one.
         records = await super()._getmany(active_partitions, timeout)
-        if active_partitions is None:
-            return records
-        buffered = self._buffered_partitions
-        passed = {
-            tp: batch[0].offset
-            for tp, batch in records.items()
-            if batch and tp not in active_partitions and tp not in buffered
-        }
-        if not passed:
-            return records
-        await cast(ConsumerThread, self._thread).seek_back(passed)
-        return {tp: batch for tp, batch in records.items() if tp not in passed}
+        if active_partitions is not None:
+            buffered = self._buffered_partitions
+            passed = {
+                tp: batch[0].offset
+                for tp, batch in records.items()
+                if batch and tp not in active_partitions and tp not in buffered
+            }
+            if passed:
+                await cast(ConsumerThread, self._thread).seek_back(passed)
+                records = {tp: batch for tp, batch in records.items() if tp not in passed}
+        if IN_FETCH_LOOP.get() and self.batch_topics:
+            # A batch topic's records go to their queues a partition at a time, before Faust's
+            # getmany takes the rest record by record (fix 28). Nothing awaits from here to
+            # Faust's getmany: what is checked here still holds as it starts.
+            records = self._partition_hand_out(records, active_partitions)
+        return records
 
     async def perform_seek(self) -> None:
         # Only recovery's seek, which starts after recovery asked for the resume, counts for

@@ -84,6 +84,7 @@ def run_through_sigkill(bootstrap: str, tmp_path: Path, guarantee: str) -> tuple
                 time.sleep(1.0)
         view = worker.get_json("/counts/")
         assert view["largest"] > 1, view  # batches, not records one by one
+        assert view["by_partition"] > 0, view  # a fetch's records a partition at a time
         assert worker.stop() == 0, worker.log_tail()
         return view, asyncio.run(output_of(bootstrap, counts_topic))
     finally:
