@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from importlib import resources
 from typing import Any
 
+from faust.exceptions import ConsumerNotStarted
 from faust.types import TP
 from faust.web import Request, Response, View
 
@@ -60,7 +61,10 @@ def paused_streams(app: Any) -> dict[str, list[int]]:
     consumer = app.consumer
     if not isinstance(consumer, Consumer):
         return {}
-    return by_topic(consumer.paused_streams())
+    try:
+        return by_topic(consumer.paused_streams())
+    except ConsumerNotStarted:  # the view may be asked before the consumer has started
+        return {}
 
 
 def _by_partition(offsets: Mapping[TP, int]) -> dict[str, dict[str, int]]:
