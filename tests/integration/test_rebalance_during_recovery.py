@@ -35,6 +35,8 @@ SETTINGS = 10_000  # far more than the changelog queue holds (4096)
 EVENTS = 1000
 #: The newcomer's log line as it hears a cooperative round (its first join is eager: not logged).
 SECOND_ROUND = "streamapp: cooperative rebalance of group"
+#: The newcomer's log line as that round releases its held first replay (`recovery_hold`).
+HELD_UNTIL_THE_ROUND = "TEST ONLY: first replay released by the next rebalance"
 
 
 class Group:
@@ -145,6 +147,8 @@ def test_a_round_during_a_newcomers_first_replay_loses_nothing_and_pauses_nothin
 
     # w3 applies no changelog record before it hears that round: it lands during the replay.
     group.wait("w3 to hear the follow-up round during its first replay", heard_second_round)
+    # The hold was on (the variable's name is right), and that round ended it.
+    assert HELD_UNTIL_THE_ROUND in w3.log_path.read_text(errors="replace")
     # Written after the rounds: each reaches the table only through the partition's owner.
     group.write_events(EVENTS)
     group.wait("every setting on every worker, every event processed by its owner")
