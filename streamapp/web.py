@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from importlib import resources
 from typing import Any
 
+from faust.exceptions import ConsumerNotStarted
 from faust.types import TP
 from faust.web import Request, Response, View
 
@@ -14,6 +15,7 @@ from standby.runtime import ReplicaRuntime, by_topic
 from streamapp import group_fetch, group_page
 from streamapp.bad_records import bad_records_of
 from streamapp.faust_compat.access import assignor_url
+from streamapp.faust_compat.transport import Consumer
 
 
 def assignment_view(app: Any) -> dict[str, Any]:
@@ -39,6 +41,9 @@ def assignment_view(app: Any) -> dict[str, Any]:
         "rebalances": runtime.meter.rebalances,
         "plan_generation": share.generation if share else None,
         "followup_pending": runtime.followup.pending,
+        # Source partitions of the assignment paused now: some are while a rebalance recovers
+        # their tables, none once it is over.
+        "paused": paused_streams(app),
         "replica_lag": _by_partition(runtime.replica_lag),
         # The changelog ends that lag was measured against (read every second): a reader that
         # wrote to a changelog knows the lag is measured after its writes once these reach them.
@@ -48,6 +53,18 @@ def assignment_view(app: Any) -> dict[str, Any]:
         # (streamapp.bad_records); empty under an app that is not a streamapp.App.
         "bad_records": bad_records.counts.as_json() if bad_records is not None else {},
     }
+
+
+def paused_streams(app: Any) -> dict[str, list[int]]:
+    """Topic -> the partitions of it this worker holds paused (none under a consumer that
+    cannot tell, stock Faust's)."""
+    consumer = app.consumer
+    if not isinstance(consumer, Consumer):
+        return {}
+    try:
+        return by_topic(consumer.paused_streams())
+    except ConsumerNotStarted:  # the view may be asked before the consumer has started
+        return {}
 
 
 def _by_partition(offsets: Mapping[TP, int]) -> dict[str, dict[str, int]]:

@@ -77,7 +77,7 @@ from faust.types.transports import ConsumerT
 from mode import Service
 from mode.utils.queues import ThrowableQueue
 
-from streamapp.faust_compat import incremental, store_revoke
+from streamapp.faust_compat import incremental, recovery_hold, store_revoke
 from streamapp.faust_compat.access import open_store_partitions
 from streamapp.faust_compat.transport import Consumer
 from tables import store_guard
@@ -196,6 +196,7 @@ class Recovery(FaustRecovery):
         generation_id: int = 0,
     ) -> None:
         self._end_replay()
+        recovery_hold.HOLD.on_rebalance()  # test only, off unless set
         if incremental.incremental_join(self.app):
             self._on_rebalance_incrementally(revoked, generation_id)
         else:
@@ -557,6 +558,7 @@ class ChangelogQueue(ThrowableQueue[Any]):
 
     async def get(self) -> Any:
         while True:
+            await recovery_hold.HOLD.wait()  # test only, off unless set
             event = await super().get()
             message = getattr(event, "message", None)
             if message is None or self._recovering(message.tp):

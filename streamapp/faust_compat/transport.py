@@ -886,6 +886,14 @@ class Consumer(faust_aiokafka.Consumer):
             return
         super().on_buffer_drop(tp)
 
+    def paused_streams(self) -> set[TP]:
+        """The stream partitions of the assignment paused now (for the worker's view): outside
+        a rebalance none is, and one that stays paused is never processed."""
+        changelogs = self.app.tables.changelog_topics
+        return {
+            tp for tp in self._paused_partitions & self.assignment() if tp.topic not in changelogs
+        }
+
     def hand_out_in_batches(self, topics: Iterable[str]) -> None:
         """An agent reads ``topics`` in batches (`streamapp.batches`): their records are handed
         out without a yield between them (see `eager_hand_out`)."""

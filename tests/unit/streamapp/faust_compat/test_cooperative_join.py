@@ -146,12 +146,18 @@ async def test_eager_is_aiokafkas_path() -> None:
 
 
 class MarkingAssignor(Assignor):
-    def __init__(self) -> None:
+    """As streamapp's assignor: it takes a join incrementally unless ``eager_pending`` (the
+    recovery of an eager rebalance under way, `incremental.ready`)."""
+
+    def __init__(self, eager_pending: bool = False) -> None:
         super().__init__(keeps=True)
         self.incremental: list[bool] = []
+        self.eager_pending = eager_pending
+        self.incremental_join = False
 
     def on_incremental_join(self, incremental: bool) -> None:
         self.incremental.append(incremental)
+        self.incremental_join = incremental and not self.eager_pending
 
 
 async def test_kept_partitions_keep_their_position_and_pause_through_the_join() -> None:
@@ -172,3 +178,21 @@ async def test_kept_partitions_keep_their_position_and_pause_through_the_join() 
     # Faust's handlers were told the join is incremental, for its two listener calls only.
     assert assignor.incremental == [True, False]
     assert "assign_from_subscribed" not in vars(coordinator._subscription)
+
+
+async def test_a_join_taken_the_eager_way_gets_every_state_afresh() -> None:
+    # During an eager rebalance's recovery Faust's handlers take a cooperative join the eager
+    # way: its revocation empties the changelog queue, and only recovery's next pass seeks the
+    # changelogs. A kept changelog's position carried over stayed past the records that queue
+    # held (never applied), and a newcomer's global table lacked them for good.
+    assignor = MarkingAssignor(eager_pending=True)
+    coordinator = Coordinator(assignor, OWNED)
+    assignment = coordinator._subscription.subscription.assignment
+    assignment.state_value(TP("t", 0)).seek(120)
+    assignment.state_value(TP("t", 1)).seek(7)
+    await _join(coordinator, {TP("t", 0), TP("t", 1), TP("t", 3)})
+    fresh = coordinator._subscription.subscription.assignment
+    for p in (0, 1, 3):
+        assert not fresh.state_value(TP("t", p)).has_valid_position, p  # sought by recovery
+    assert coordinator.listener.calls[0] == ("revoked", {TP("t", 2)})  # only what it lost
+    assert assignor.incremental == [True, False]

@@ -355,3 +355,13 @@ async def test_a_pass_the_next_rebalance_overtook_before_it_completed_ends_nothi
     await handler.on_recovered()
     assert calls[:3] == ["complete", f"seek {[gained_next]}", f"resume {[gained_next]}"]
     assert "end" in calls and not app.flow_control.keep_queues
+
+
+def test_the_view_s_paused_partitions_are_the_assigned_source_partitions_paused() -> None:
+    # Changelog partitions are paused between replays by design; a source partition of the
+    # assignment left paused is never processed, and one no longer assigned is not held.
+    consumer: Any = object.__new__(Consumer)
+    consumer.app = SimpleNamespace(tables=SimpleNamespace(changelog_topics={CHANGELOG.topic}))
+    consumer._paused_partitions = {GAINED, CHANGELOG, TP("events", 9)}
+    consumer.assignment = lambda: {KEPT, GAINED, CHANGELOG}
+    assert consumer.paused_streams() == {GAINED}
