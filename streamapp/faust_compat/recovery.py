@@ -69,7 +69,6 @@ from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import aiokafka
 from faust.tables.manager import TableManager as FaustTableManager
 from faust.tables.recovery import Recovery as FaustRecovery
 from faust.types import TP
@@ -79,7 +78,7 @@ from mode.utils.queues import ThrowableQueue
 
 from streamapp.faust_compat import incremental, recovery_hold, store_revoke
 from streamapp.faust_compat.access import open_store_partitions
-from streamapp.faust_compat.transport import Consumer
+from streamapp.faust_compat.transport import Consumer, aiokafka_position
 from tables import store_guard
 from tables.damaged import offset_beyond_end, records_missing_before_start
 
@@ -109,27 +108,17 @@ def handed_out_through(consumer: ConsumerT, tp: TP) -> int | None:
 
 
 def consumer_position(consumer: ConsumerT, tp: TP) -> int | None:
-    """aiokafka's position of ``tp``: the offset after the last one it returned to a fetch
-    (records, and the transaction markers and aborted records it skipped); None: none yet.
+    """aiokafka's position of ``tp`` (`transport.aiokafka_position`); None: none yet.
 
     Read in place from this thread rather than asked of the consumer thread, whose calls wait
-    behind the fetch in progress (up to a second while the changelogs are idle). Positions
-    change only as fetches return records, and by seeks and offset resets. Private names of
-    Faust (``_thread``, ``_consumer``, its consumer thread's aiokafka consumer) and aiokafka
-    (``_subscription``, as `transport.ConsumerThread.verify_event_path` reads it).
+    behind the fetch in progress (up to a second while the changelogs are idle). Private names
+    of Faust: ``_thread``, ``_consumer``, its consumer thread's aiokafka consumer.
     """
     thread = getattr(consumer, "_thread", None)
     aiokafka_consumer = getattr(thread, "_consumer", None)
     if aiokafka_consumer is None:
         return None
-    subscription = aiokafka_consumer._subscription.subscription
-    if subscription is None:
-        return None
-    state = subscription.assignment.state_value(aiokafka.TopicPartition(tp.topic, tp.partition))
-    if state is None or not state.has_valid_position:
-        return None
-    position: int = state.position
-    return position
+    return aiokafka_position(aiokafka_consumer, tp)
 
 
 def fetches_started(consumer: ConsumerT) -> int | None:

@@ -45,9 +45,13 @@
    ``Consumer._getmany``), if it is still assigned (``ConsumerThread.seek_back``): one given up
    while its records were on their way (an incremental rebalance) has no position to go back
    to, aiokafka's seek raised IllegalStateError and the fetch loop crashed the worker; one
-   released while the seek waited for its new position is left, the others sought again. Delete
-   when Faust's getmany hands aiokafka the partitions it will keep records of. Test:
-   tests/unit/streamapp/test_hand_out.py.
+   released while the seek waited for its new position is left, the others sought again. And
+   only if nothing sought it since those records were fetched (its position is still where they
+   left it): a rebalance's recovery that sought it meanwhile, from its store's offset, decides
+   where it reads on; sought back past that seek, a newcomer's global table skipped the records
+   in between for good. Delete when Faust's getmany hands aiokafka the partitions it will keep
+   records of. Tests: tests/unit/streamapp/test_hand_out.py;
+   tests/integration/test_rebalance_during_recovery.py.
 
 8. Faust's livelock check skips a partition that has no position yet (awaiting an offset
    reset) instead of crashing the worker on aiokafka's assertion (see
@@ -261,6 +265,17 @@
     mark) and fix 21's hand-out, without their per-record coroutines. Whatever would wait or
     is unusual leaves the rest of the partition's round to them. Test:
     tests/unit/streamapp/faust_compat/test_partition_hand_out.py.
+
+29. A table recovery pass that a newer rebalance cut short does not resume the flow
+    (``Consumer.resume_flow``). Faust's recovery catches the interruption of its wait for the
+    replay's end and carries on: "Done reading", then it resumes the global tables' changelogs
+    and the flow, in the middle of the newer rebalance, before that rebalance's pass has sought
+    anything. The fetch loop then handed out and dropped records of positions no pass had
+    chosen, and set Faust's read marks (below which it drops every record) from them after the
+    new pass's seek: a newcomer's global table lost the first few hundred records of a
+    changelog partition for good (tests/integration/test_rebalance_during_recovery.py). The
+    newer pass resumes the flow once it has sought. Delete when Faust's recovery stops a pass
+    that a rebalance interrupted. Test: tests/unit/streamapp/test_hand_out.py.
 """
 
 from __future__ import annotations
@@ -314,6 +329,32 @@ PENDING_FETCH_MAX_WAIT_MS = 100
 #: True in the task of Faust's fetch loop (set by `Consumer.getmany`); a context variable, so
 #: the tasks recovery runs its seeks in (mode's ``wait_first`` makes new ones) never see it.
 IN_FETCH_LOOP: ContextVar[bool] = ContextVar("streamapp_in_fetch_loop", default=False)
+
+
+def newer_recovery_pending(app: Any) -> bool:
+    """Whether a rebalance has asked for a table recovery pass that has not begun yet (Faust's
+    ``signal_recovery_start``, which its recovery loop clears as the pass begins): any pass
+    still running is one that rebalance overtook."""
+    return bool(app.tables.recovery.signal_recovery_start.is_set())
+
+
+def aiokafka_position(consumer: aiokafka.AIOKafkaConsumer, tp: Any) -> int | None:
+    """aiokafka's position of ``tp``: the offset after the last record it returned (and the
+    transaction markers and aborted records it passed); None: not assigned, or no position
+    yet (newly assigned, awaiting its offset reset).
+
+    aiokafka private: ``_subscription``. Positions change only in the consumer thread (as a
+    fetch returns records, by seeks and offset resets), so a read there is exact; a read from
+    the app's thread (recovery's probe) sees the last one made.
+    """
+    subscription = consumer._subscription.subscription
+    if subscription is None:
+        return None
+    state = subscription.assignment.state_value(aiokafka.TopicPartition(tp.topic, tp.partition))
+    if state is None or not state.has_valid_position:
+        return None
+    position: int = state.position
+    return position
 
 
 def deleted_before_read(
@@ -415,17 +456,46 @@ class ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
     #: Where this consumer's rounds of stream and replica records last ended (fix 25); made at
     #: its first fetch.
     _rotation: partition_share.Rotation | None = None
+    #: Per partition, aiokafka's position right after the latest fetch took records of it
+    #: (made afresh as each fetch begins; fix 7).
+    positions_after_fetch: Mapping[TP, int] = {}
 
-    async def seek_back(self, partitions: Mapping[TP, int]) -> None:
-        """``partitions`` back to these offsets, those still assigned only (transport fix 7)."""
-        await self.call_thread(self._seek_back_assigned, partitions)
+    async def seek_back(
+        self, partitions: Mapping[TP, int], taken_to: Mapping[TP, int] | None = None
+    ) -> None:
+        """``partitions`` back to these offsets, those still assigned only (transport fix 7).
 
-    async def _seek_back_assigned(self, partitions: Mapping[TP, int]) -> None:
-        # In the consumer thread, where rebalances run too: nothing is given up between the
-        # check and the seek. A partition given up has no position; its records go nowhere.
+        With ``taken_to`` (`positions_after_fetch` of the fetch that returned the records),
+        only the partitions still at the position that fetch left them at: a partition sought
+        since stays where that seek put it."""
+        await self.call_thread(self._seek_back_assigned, partitions, taken_to)
+
+    async def _seek_back_assigned(
+        self, partitions: Mapping[TP, int], taken_to: Mapping[TP, int] | None = None
+    ) -> None:
+        # In the consumer thread, where rebalances and every seek run too: nothing is given up
+        # or sought between the checks and the seek. A partition given up has no position; its
+        # records go nowhere.
         consumer = self._ensure_consumer()
         assigned = consumer.assignment()
         still = {tp: offset for tp, offset in partitions.items() if tp in assigned}
+        if taken_to is not None:
+            for tp, offset in list(still.items()):
+                position = aiokafka_position(consumer, tp)
+                if position != taken_to.get(tp):
+                    # Sought since the fetch (a rebalance's recovery, from its store's offset):
+                    # that seek decides where it reads on. Sought back over it, the records
+                    # between its offset and these were never fetched (a newcomer's global
+                    # table lacked a block of them for good, its offset at the end).
+                    del still[tp]
+                    logger.info(
+                        "streamapp: %s[%d]: records fetched from %d were not handed out, but "
+                        "the partition was sought to %s since: it reads on from there",
+                        tp.topic,
+                        tp.partition,
+                        offset,
+                        position,
+                    )
         if not still:
             return
         try:
@@ -509,16 +579,13 @@ class ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
         watched = self.watched_positions
         if watched:
             started = getattr(self.consumer, "fetches_started", -1)
-            assignment = consumer._subscription.subscription
             positions: dict[TP, int] = {}
-            if assignment is not None:
-                for tp in watched:
-                    state = assignment.assignment.state_value(
-                        aiokafka.TopicPartition(tp.topic, tp.partition)
-                    )
-                    if state is not None and state.has_valid_position:
-                        positions[tp] = state.position
+            for tp in watched:
+                if (position := aiokafka_position(consumer, tp)) is not None:
+                    positions[tp] = position
             self.positions_at_fetch_start = (started, positions)
+        taken_to: dict[TP, int] = {}
+        self.positions_after_fetch = taken_to
         changelogs = self.app.tables.changelog_topics
         replicas = {tp for tp in active_partitions if tp.topic in changelogs}
         fetch_records = super()._fetch_records
@@ -530,6 +597,11 @@ class ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
             fetched: Mapping[TP, list[Any]] = await fetch_records(
                 consumer, cast(set[TP], tps), timeout=wait, max_records=most
             )
+            # Right as aiokafka returned them, before anything else runs in this thread: the
+            # position these records left each partition at (fix 7).
+            for tp in fetched:
+                if (position := aiokafka_position(consumer, tp)) is not None:
+                    taken_to[TP(tp.topic, tp.partition)] = position
             return fetched
 
         # aiokafka private (fixes 19 and 25): what the fetcher holds and the app has not taken
@@ -600,12 +672,11 @@ class ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
         )
         reset = self.app.conf.consumer_auto_offset_reset
         if unset and reset in ("earliest", "latest"):
-            assignment = consumer._subscription.subscription.assignment
             moved = {}
             for tp in unset:
-                state = assignment.state_value(tp)
-                if state is not None and state.has_valid_position and state.position > 0:
-                    moved[f"{tp.topic}[{tp.partition}]"] = state.position
+                position = aiokafka_position(consumer, tp)
+                if position:
+                    moved[f"{tp.topic}[{tp.partition}]"] = position
             if moved:
                 self.log.info(
                     "no committed offset: back to the %s offset from positions %s", reset, moved
@@ -708,11 +779,7 @@ class ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
         # reset (newly assigned with nothing committed, or sent back to its beginning by
         # `_seek_to_committed_or_reset`) has none for a moment, and the assertion crashed the
         # worker. There is nothing to verify on such a partition yet.
-        subscription = self._ensure_consumer()._subscription.subscription
-        if subscription is None:
-            return None
-        state = subscription.assignment.state_value(aiokafka.TopicPartition(tp.topic, tp.partition))
-        if state is None or not state.has_valid_position:
+        if aiokafka_position(self._ensure_consumer(), tp) is None:
             return None
         return super().verify_event_path(now, tp)
 
@@ -861,6 +928,13 @@ class Consumer(faust_aiokafka.Consumer):
             return WaitResults([coros[0]], [None], False)
         return await super().wait_first(*coros, timeout=timeout)
 
+    def resume_flow(self) -> None:
+        # Not for a recovery pass a newer rebalance overtook (fix 29): that rebalance asked
+        # for a pass of its own, which resumes the flow once it has sought the changelogs.
+        if newer_recovery_pending(self.app):
+            return
+        super().resume_flow()
+
     def pause_partitions(self, tps: Iterable[TP]) -> None:
         # A paused partition is no longer one set aside for its full queue (fix 18): Faust's
         # on_buffer_drop would make it active again, and its getmany hands out the records of
@@ -1003,7 +1077,12 @@ class Consumer(faust_aiokafka.Consumer):
         # aiokafka's position has passed them. A standby sought to its start whose first
         # records went that way resumed ~1,000 records further on, and its offset claimed them
         # all (issue 11). Such records go back: their partition is sought to the first one.
+        # Not when a seek came in between, though: a rebalance's recovery that sought the
+        # partition (from its store's offset) while the records were on their way decides
+        # where it reads on (`ConsumerThread.seek_back`).
+        thread = cast(ConsumerThread, self._thread)
         records = await super()._getmany(active_partitions, timeout)
+        taken_to = thread.positions_after_fetch
         if active_partitions is not None:
             buffered = self._buffered_partitions
             passed = {
@@ -1012,7 +1091,7 @@ class Consumer(faust_aiokafka.Consumer):
                 if batch and tp not in active_partitions and tp not in buffered
             }
             if passed:
-                await cast(ConsumerThread, self._thread).seek_back(passed)
+                await thread.seek_back(passed, taken_to)
                 records = {tp: batch for tp, batch in records.items() if tp not in passed}
         if IN_FETCH_LOOP.get() and self.batch_topics:
             # A batch topic's records go to their queues a partition at a time, before Faust's

@@ -261,10 +261,14 @@ async def test_records_of_a_partition_not_active_send_it_back_to_the_first_of_th
     async def getmany(active: set[TP] | None, timeout: float) -> dict[TP, list[Any]]:
         return fetched
 
-    async def seek_wait(offsets: dict[TP, int]) -> None:
+    async def seek_back(offsets: dict[TP, int], taken_to: Any = None) -> None:
+        # Where the fetch left the partitions goes along: a seek since wins (see below).
+        assert taken_to == {CHANGELOG: 2}
         sought.append(dict(offsets))
 
-    consumer._thread = SimpleNamespace(getmany=getmany, seek_back=seek_wait)
+    consumer._thread = SimpleNamespace(
+        getmany=getmany, seek_back=seek_back, positions_after_fetch={CHANGELOG: 2}
+    )
     records = await consumer._getmany({STREAM}, 1.0)
     assert set(records) == {STREAM}
     assert sought == [{CHANGELOG: 0}]
@@ -334,3 +338,63 @@ async def test_a_partition_given_up_while_its_seek_waits_is_left_and_the_rest_so
     thread._seek_wait = seek_wait
     await thread._seek_back_assigned({CHANGELOG: 0, STREAM: 7})
     assert sought == [{CHANGELOG: 0, STREAM: 7}, {STREAM: 7}]
+
+
+async def test_a_seek_since_the_fetch_is_not_undone_by_its_seek_back() -> None:
+    # The records of a changelog partition came back from a fetch after a rebalance paused it;
+    # meanwhile the rebalance's recovery sought it to its store's offset. The seek back to
+    # the first of those records, queued after that seek, moved it past the records between:
+    # a newcomer's global table would lack them for good, its offset at the end.
+    from aiokafka import TopicPartition
+    from aiokafka.consumer.subscription_state import SubscriptionState
+
+    from streamapp.faust_compat.transport import ConsumerThread
+
+    subscription = SubscriptionState()
+    subscription.subscribe({CHANGELOG.topic, STREAM.topic})
+    subscription.assign_from_subscribed(
+        {TopicPartition(tp.topic, tp.partition) for tp in (CHANGELOG, STREAM)}
+    )
+    states = subscription.subscription.assignment
+    sought: list[dict[TP, int]] = []
+
+    class _Aiokafka:
+        _subscription = subscription
+
+        def assignment(self) -> set[Any]:
+            return set(subscription.assigned_partitions())
+
+    async def seek_wait(consumer: Any, offsets: dict[TP, int]) -> None:
+        sought.append(dict(offsets))
+
+    thread: Any = object.__new__(ConsumerThread)
+    thread._ensure_consumer = _Aiokafka
+    thread._seek_wait = seek_wait
+    # The fetch returned the changelog's 232..399 (position 400) and the stream's 7..9.
+    taken_to = {CHANGELOG: 400, STREAM: 10}
+    states.state_value(TopicPartition(CHANGELOG.topic, CHANGELOG.partition)).seek(1)  # since
+    states.state_value(TopicPartition(STREAM.topic, STREAM.partition)).seek(10)  # unmoved
+    await thread._seek_back_assigned({CHANGELOG: 232, STREAM: 7}, taken_to)
+    assert sought == [{STREAM: 7}]
+
+
+async def test_a_recovery_pass_a_newer_rebalance_overtook_does_not_resume_the_flow() -> None:
+    # Faust's recovery carries on after a rebalance cut its wait for the replay's end short,
+    # and resumed the flow in the middle of that rebalance, before its own pass had sought the
+    # changelogs: the fetch loop set read marks from records of no pass's choosing, and a
+    # newcomer's global table lost the records below them (transport fix 29).
+    signal = asyncio.Event()
+    consumer: Any = object.__new__(Consumer)
+    consumer.app = SimpleNamespace(
+        tables=SimpleNamespace(recovery=SimpleNamespace(signal_recovery_start=signal))
+    )
+    consumer.flow_active = False
+    consumer.can_resume_flow = asyncio.Event()
+    consumer.suspend_flow = asyncio.Event()
+    consumer.suspend_flow.set()  # stopped by the rebalance's revocation
+    signal.set()  # ... which asked for a pass that has not begun
+    consumer.resume_flow()  # the overtaken pass
+    assert not consumer.flow_active and consumer.suspend_flow.is_set()
+    signal.clear()  # the new pass began (and has sought)
+    consumer.resume_flow()
+    assert consumer.flow_active and not consumer.suspend_flow.is_set()

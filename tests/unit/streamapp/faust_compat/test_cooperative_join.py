@@ -41,6 +41,21 @@ class Assignor:
         self.prepared.append(kept_owned)
 
 
+class MarkingAssignor(Assignor):
+    """As streamapp's assignor: it takes a join incrementally unless ``eager_pending`` (the
+    recovery of an eager rebalance under way, `incremental.ready`)."""
+
+    def __init__(self, eager_pending: bool = False) -> None:
+        super().__init__(keeps=True)
+        self.incremental: list[bool] = []
+        self.eager_pending = eager_pending
+        self.incremental_join = False
+
+    def on_incremental_join(self, incremental: bool) -> None:
+        self.incremental.append(incremental)
+        self.incremental_join = incremental and not self.eager_pending
+
+
 class Coordinator:
     """The attributes of aiokafka's GroupCoordinator the wrapped steps use."""
 
@@ -89,7 +104,7 @@ OWNED = {TP("t", 0), TP("t", 1), TP("t", 2)}
 
 
 async def test_cooperative_keeps_through_the_join_and_revokes_only_what_it_lost() -> None:
-    coordinator = Coordinator(Assignor(keeps=True), OWNED)
+    coordinator = Coordinator(MarkingAssignor(), OWNED)
     await _join(coordinator, {TP("t", 0), TP("t", 1)})
     assert coordinator.listener.calls == [
         ("revoked", {TP("t", 2)}),  # after the SyncGroup, only the lost partition
@@ -100,7 +115,7 @@ async def test_cooperative_keeps_through_the_join_and_revokes_only_what_it_lost(
 
 
 async def test_cooperative_with_nothing_lost_does_not_rejoin() -> None:
-    coordinator = Coordinator(Assignor(keeps=True), OWNED)
+    coordinator = Coordinator(MarkingAssignor(), OWNED)
     await _join(coordinator, OWNED | {TP("t", 3)})
     assert coordinator.listener.calls == [("revoked", set()), ("assigned", OWNED | {TP("t", 3)})]
     assert coordinator.rejoins == 0
@@ -145,21 +160,6 @@ async def test_eager_is_aiokafkas_path() -> None:
     assert coordinator.rejoins == 0
 
 
-class MarkingAssignor(Assignor):
-    """As streamapp's assignor: it takes a join incrementally unless ``eager_pending`` (the
-    recovery of an eager rebalance under way, `incremental.ready`)."""
-
-    def __init__(self, eager_pending: bool = False) -> None:
-        super().__init__(keeps=True)
-        self.incremental: list[bool] = []
-        self.eager_pending = eager_pending
-        self.incremental_join = False
-
-    def on_incremental_join(self, incremental: bool) -> None:
-        self.incremental.append(incremental)
-        self.incremental_join = incremental and not self.eager_pending
-
-
 async def test_kept_partitions_keep_their_position_and_pause_through_the_join() -> None:
     assignor = MarkingAssignor()
     coordinator = Coordinator(assignor, OWNED)
@@ -180,11 +180,13 @@ async def test_kept_partitions_keep_their_position_and_pause_through_the_join() 
     assert "assign_from_subscribed" not in vars(coordinator._subscription)
 
 
-async def test_a_join_taken_the_eager_way_gets_every_state_afresh() -> None:
+async def test_a_join_taken_the_eager_way_revokes_everything_and_gets_every_state_afresh() -> None:
     # During an eager rebalance's recovery Faust's handlers take a cooperative join the eager
     # way: its revocation empties the changelog queue, and only recovery's next pass seeks the
     # changelogs. A kept changelog's position carried over stayed past the records that queue
-    # held (never applied), and a newcomer's global table lacked them for good.
+    # held (never applied), and a newcomer's global table lacked them for good. And told only
+    # what was lost, Faust kept the kept partitions' read marks, below which its fetch loop
+    # drops records: the changelogs, read afresh from their start, lost their first records.
     assignor = MarkingAssignor(eager_pending=True)
     coordinator = Coordinator(assignor, OWNED)
     assignment = coordinator._subscription.subscription.assignment
@@ -194,5 +196,9 @@ async def test_a_join_taken_the_eager_way_gets_every_state_afresh() -> None:
     fresh = coordinator._subscription.subscription.assignment
     for p in (0, 1, 3):
         assert not fresh.state_value(TP("t", p)).has_valid_position, p  # sought by recovery
-    assert coordinator.listener.calls[0] == ("revoked", {TP("t", 2)})  # only what it lost
+    assert coordinator.listener.calls == [
+        ("revoked", OWNED),  # everything, as an eager join revokes
+        ("assigned", {TP("t", 0), TP("t", 1), TP("t", 3)}),
+    ]
+    assert coordinator.rejoins == 1  # what it lost goes to its new owner in the next round
     assert assignor.incremental == [True, False]

@@ -110,7 +110,9 @@ def _kept(app: Any) -> Any:
     async def getmany(active: set[TP] | None, timeout: float) -> dict[TP, list[Any]]:
         return {}
 
-    consumer._thread = SimpleNamespace(seek_back=seek_back, getmany=getmany)
+    consumer._thread = SimpleNamespace(
+        seek_back=seek_back, getmany=getmany, positions_after_fetch={}
+    )
     consumer.sought = sought
     return consumer
 

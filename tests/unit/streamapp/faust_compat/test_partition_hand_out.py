@@ -54,6 +54,9 @@ class _Thread:
     """The consumer thread as the fetch loop sees it: each fetch returns the next round; once
     they are all out, the fetch loop is told to stop."""
 
+    #: Where each fetch left the partitions (transport fix 7): none here.
+    positions_after_fetch: dict[TP, int] = {}
+
     def __init__(self, rounds: list[Round], fetcher: Any, on_fetch: Callable[[], None]) -> None:
         self.rounds = list(rounds)
         self.fetcher = fetcher
