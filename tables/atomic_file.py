@@ -1,4 +1,5 @@
-"""Files a crash must never leave half-written: written whole beside, then renamed over."""
+"""Files a crash must never leave half-written: written whole beside, then renamed over; and
+directories whose entries must survive a power loss."""
 
 from __future__ import annotations
 
@@ -31,8 +32,14 @@ def write_atomically(path: Path, text: str) -> None:
     finally:
         os.close(fd)
     os.replace(scratch, path)
-    directory = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+    fsync_dir(path.parent)
+
+
+def fsync_dir(path: Path) -> None:
+    """Make the entries of directory ``path`` durable (names created, renamed or removed in
+    it): a file's own fsync does not cover its name."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        os.fsync(directory)
+        os.fsync(fd)
     finally:
-        os.close(directory)
+        os.close(fd)

@@ -49,7 +49,7 @@ import threading
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from tables.atomic_file import write_atomically
+from tables.atomic_file import fsync_dir, write_atomically
 from tables.damaged import forget_claims
 from tables.inventory import scan_stores
 
@@ -188,7 +188,7 @@ def _mark_active(marks_dir: Path, store_names: Iterable[str]) -> list[str]:
             os.close(fd)
         added.append(name)
     if added:
-        _fsync_dir(marks_dir)
+        fsync_dir(marks_dir)
     return added
 
 
@@ -202,16 +202,8 @@ def mark_clean_shutdown(tabledir: str | Path) -> None:
 def _make_durable_dir(path: Path) -> None:
     if not path.is_dir():
         path.mkdir(parents=True)
-        _fsync_dir(path.parent)
-    _fsync_dir(path)
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        fsync_dir(path.parent)
+    fsync_dir(path)
 
 
 def _refuse_if_open(stores: Sequence[Path]) -> None:
