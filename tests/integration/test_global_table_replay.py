@@ -13,89 +13,31 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from streamapp.testing.kafka_io import create_topic, end_offsets, produce
+from streamapp.testing.kafka_io import end_offsets
 from streamapp.testing.worker import WorkerProcess
 
-from .workers import wait_for_workers
+from .global_group import GlobalGroup, create_topics
 
-APP = "tests.integration.apps.global_settings:app"
-PARTITIONS = 4  # the app's
-SETTINGS_PARTITIONS = 2  # the app's
 SETTINGS = 2000  # settings keys written before any rebalance measured
 EVENTS = 2000  # event keys (the ordinary table) written before any rebalance measured
 TAIL = 20  # settings written while a worker is away (no events are)
 
 
-class Group:
+class Group(GlobalGroup):
     def __init__(self, bootstrap: str, root: Path, app_id: str, protocol: str) -> None:
-        self.bootstrap = bootstrap
-        self.root = root
-        self.app_id = app_id
-        self.protocol = protocol
+        super().__init__(bootstrap, root, app_id, protocol)
         self.changelog = f"{app_id}-settings-changelog"
         self.latest_changelog = f"{app_id}-latest-changelog"
-        self.workers: dict[str, WorkerProcess] = {}
-        self.settings: dict[str, int] = {}
-        self.latest: dict[str, int] = {}
-        self.produced = 0
         #: Per worker name: history entries already counted (a restart starts a new history).
         self.seen: dict[str, int] = {}
 
-    def start(self, name: str) -> None:
-        worker = self.workers.get(name) or WorkerProcess(
-            APP,
-            self.bootstrap,
-            self.root / name,
-            "--client-id",
-            name,
-            "--rebalance-protocol",
-            self.protocol,
-            env={"GLOBAL_APP_ID": self.app_id},
-        )
-        self.workers[name] = worker.start()
+    def start(self, name: str, env: dict[str, str] | None = None) -> WorkerProcess:
+        worker: WorkerProcess = super().start(name, env)
         self.seen[name] = 0
-
-    def live(self) -> dict[str, WorkerProcess]:
-        return {n: w for n, w in self.workers.items() if w.alive()}
-
-    def write_settings(self, count: int) -> None:
-        seqs = range(self.produced, self.produced + count)
-        asyncio.run(produce(self.bootstrap, f"{self.app_id}-settings", seqs, _key))
-        self.settings.update({_key(seq): seq for seq in seqs})
-        self.produced += count
-
-    def write_events(self, count: int) -> None:
-        seqs = range(count)
-        asyncio.run(produce(self.bootstrap, f"{self.app_id}-events", seqs, _event_key))
-        self.latest.update({_event_key(seq): seq for seq in seqs})
-
-    def view(self, name: str) -> dict[str, Any]:
-        view: dict[str, Any] = self.workers[name].get_json("/streamapp/assignment")
-        return view
-
-    def settled(self) -> bool:
-        """Every event partition active on exactly one live worker, each processing its
-        current plan, and every live worker's global table holding every setting written."""
-        held: list[int] = []
-        latest: dict[str, int] = {}
-        for name, worker in self.live().items():
-            v = self.view(name)
-            if v["followup_pending"] or not v["history"]:
-                return False
-            if v["history"][-1]["plan_generation"] != v["plan_generation"]:
-                return False
-            held.extend(v["active"].get(f"{self.app_id}-events", []))
-            if worker.get_json("/settings/") != self.settings:
-                return False
-            latest.update(worker.get_json("/latest/"))
-        return sorted(held) == list(range(PARTITIONS)) and latest == self.latest
-
-    def wait(self, what: str, timeout: float = 180.0) -> None:
-        wait_for_workers(self.live(), what, self.settled, timeout=timeout, log_lines=30)
+        return worker
 
     def replayed(self, name: str) -> list[dict[str, dict[str, int]]]:
         """What ``name`` replayed at each rebalance since last asked: changelog -> partition ->
@@ -115,19 +57,6 @@ class Group:
         for name in self.live():
             self.replayed(name)
 
-    def stop_all(self) -> None:
-        for worker in self.workers.values():
-            if worker.alive():
-                worker.stop()
-
-
-def _key(seq: int) -> str:
-    return f"s{seq}"
-
-
-def _event_key(seq: int) -> str:
-    return f"e{seq}"
-
 
 def _total(replays: list[dict[str, dict[str, int]]], changelog: str) -> int:
     return sum(n for replay in replays for n in replay.get(changelog, {}).values())
@@ -139,8 +68,7 @@ def group(
 ) -> Iterator[Group]:
     protocol = request.param
     app_id = f"it-global-{protocol}"
-    for topic, count in ((f"{app_id}-events", PARTITIONS), (f"{app_id}-settings", 2)):
-        asyncio.run(create_topic(kafka_bootstrap, topic, count))
+    create_topics(kafka_bootstrap, app_id)
     group = Group(kafka_bootstrap, tmp_path_factory.mktemp(app_id), app_id, protocol)
     try:
         for name in ("w1", "w2"):
