@@ -1,10 +1,11 @@
-"""A group of `streamapp worker` processes of tests/integration/apps/global_settings.py.
+"""A group of `streamapp worker` processes of tests/integration/apps/global_settings.py: the
+cooperative tests' `WorkerGroup` (its events topic, the ``latest`` table's), plus the settings
+it writes to the global table.
 
-Each test gives its own app id (its own group and topics) and protocol. The group writes
-settings (the global table) and events (the ordinary table), remembers what it wrote, and
-answers from the workers' own views whether they hold all of it: every event partition active
-on exactly one live worker, each processing its current plan, every live worker's global table
-holding every setting written, and every event in its owner's table.
+Each test gives its own app id (its own group and topics) and protocol. The group answers from
+the workers' own views whether they hold all it wrote: every event partition active on exactly
+one live worker, each processing its current plan, every live worker's global table holding
+every setting written, and every event in its owner's table.
 """
 
 from __future__ import annotations
@@ -12,11 +13,11 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from streamapp.testing.kafka_io import create_topic, produce
 from streamapp.testing.worker import WorkerProcess
 
+from .cooperative_group import WorkerGroup
 from .workers import merged_table, wait_for_workers
 
 APP = "tests.integration.apps.global_settings:app"
@@ -30,32 +31,22 @@ def create_topics(bootstrap: str, app_id: str) -> None:
         asyncio.run(create_topic(bootstrap, topic, count))
 
 
-class GlobalGroup:
+class GlobalGroup(WorkerGroup):
     def __init__(self, bootstrap: str, root: Path, app_id: str, protocol: str) -> None:
-        self.bootstrap = bootstrap
-        self.root = root
+        super().__init__(APP, bootstrap, root, f"{app_id}-events", _event)
         self.app_id = app_id
         self.protocol = protocol
-        self.workers: dict[str, WorkerProcess] = {}
         self.settings: dict[str, int] = {}
-        self.latest: dict[str, int] = {}
         self.settings_written = 0
-        self.events_written = 0
 
     def start(self, name: str, env: dict[str, str] | None = None) -> WorkerProcess:
-        """Start worker ``name`` (again, with its data, if it ran before)."""
-        worker = self.workers.get(name) or WorkerProcess(
-            APP,
-            self.bootstrap,
-            self.root / name,
-            "--client-id",
-            name,
-            "--rebalance-protocol",
-            self.protocol,
-            env={"GLOBAL_APP_ID": self.app_id, **(env or {})},
+        """Start worker ``name`` (again, the same process object on its data, if it ran
+        before: its log goes on)."""
+        if name in self.workers:
+            return self.workers[name].start()
+        return self.start_worker(
+            name, env={"GLOBAL_APP_ID": self.app_id, **(env or {})}, protocol=self.protocol
         )
-        self.workers[name] = worker.start()
-        return worker
 
     def live(self) -> dict[str, WorkerProcess]:
         return {n: w for n, w in self.workers.items() if w.alive()}
@@ -67,33 +58,18 @@ class GlobalGroup:
         self.settings_written += count
 
     def write_events(self, count: int) -> None:
-        seqs = range(self.events_written, self.events_written + count)
-        asyncio.run(produce(self.bootstrap, f"{self.app_id}-events", seqs, _event))
-        self.latest.update({_event(seq): seq for seq in seqs})
-        self.events_written += count
-
-    def view(self, name: str) -> dict[str, Any]:
-        view: dict[str, Any] = self.workers[name].get_json("/streamapp/assignment")
-        return view
+        self.produce(count)
 
     def settled(self) -> bool:
         """Every event partition active on exactly one live worker, each processing its
         current plan, every live worker holding every setting, and every event in the table
         (a key served by two workers fails: a partition active on both)."""
-        held: list[int] = []
         live = self.live()
-        for name, worker in live.items():
-            v = self.view(name)
-            if v["followup_pending"] or not v["history"]:
-                return False
-            if v["history"][-1]["plan_generation"] != v["plan_generation"]:
-                return False
-            held.extend(v["active"].get(f"{self.app_id}-events", []))
-            if worker.get_json("/settings/") != self.settings:
-                return False
-        if sorted(held) != list(range(PARTITIONS)):
+        if not self.assignment_settled(live, PARTITIONS):
             return False
-        return bool(merged_table(live.values(), "/latest/") == self.latest)
+        if any(worker.get_json("/settings/") != self.settings for worker in live.values()):
+            return False
+        return bool(merged_table(live.values(), "/latest/") == self.expected)
 
     def wait(
         self,
@@ -113,11 +89,6 @@ class GlobalGroup:
             details=details,
             log_lines=log_lines,
         )
-
-    def stop_all(self) -> None:
-        for worker in self.workers.values():
-            if worker.alive():
-                worker.stop()
 
 
 def _setting(seq: int) -> str:
