@@ -6,8 +6,9 @@ recovery (`streamapp.faust_compat.recovery`), its app's producer start and trans
 (`streamapp.faust_compat.app`), its assignor's leader step (`streamapp.faust_compat.assignor`),
 and reads and writes of its internals for the rest of streamapp: the group coordinator, the
 assignment hand-over, its RocksDB store's open handles (`streamapp.faust_compat.access`); and
-aiokafka's group coordinator and producer (`coordinator`, `producer_wait`), and the group
-requests of a static member (`static_membership`); Faust's table writes, encoded once
+aiokafka's group coordinator and producer (`coordinator`, `producer_wait`), a worker's
+heartbeats right after a cooperative join (`second_round`), and the group requests of a static
+member (`static_membership`); Faust's table writes, encoded once
 (`encode_once`); the expiry heap of its windowed tables, rebuilt after a recovery
 (`window_expiry`); its rebalance handlers, made incremental under the cooperative protocol
 (`incremental`); its fetch loop's hand-out of each record, without a task per record
@@ -147,6 +148,10 @@ PRIVATE_NAMES: dict[str, tuple[str, ...]] = {
         "_metadata_snapshot",  # transport fix 26: read by Faust's topic_partitions, 0 = unknown
         "_maybe_do_last_autocommit",
         "_do_commit_offsets",  # coordinator: a refused old-generation commit resets nothing new
+        "_heartbeat_routine",  # second_round: prompt heartbeats after a cooperative join
+        "_start_heartbeat_task",
+        "_do_heartbeat",
+        "_heartbeat_interval_ms",
     ),
     "aiokafka.consumer.group_coordinator:CoordinatorGroupRebalance": (
         "_send_sync_group_request",  # coordinator: error answers retried, not raised

@@ -82,6 +82,10 @@ is left alone. Wrapped: ``GroupCoordinator._do_commit_offsets`` (which builds it
 per commit by a context variable (each commit runs in a task of its own, under aiokafka's
 ``asyncio.shield``). Delete when aiokafka compares the generation before it resets it.
 Test: tests/unit/streamapp/faust_compat/test_commit_generation.py.
+
+After each join of a worker whose group runs cooperative, that worker's coordinator heartbeats
+promptly for a moment (`second_round`), so that the second round a member giving partitions up
+starts is not held a heartbeat interval.
 """
 
 from __future__ import annotations
@@ -98,6 +102,7 @@ from aiokafka.consumer import group_coordinator as aiokafka_gc
 from aiokafka.coordinator.protocol import ConsumerProtocol, ConsumerProtocolMemberMetadata
 from aiokafka.protocol.commit import OffsetCommitRequest
 
+from streamapp.faust_compat import second_round
 from streamapp.faust_compat.incremental import partitions_text
 from streamapp.faust_compat.once import once
 
@@ -251,6 +256,12 @@ def _cooperative_assignors(coordinator: Any) -> list[Any]:
     return [a for a in coordinator._assignors if hasattr(a, "keeps_owned_through_join")]
 
 
+def _runs_cooperative(coordinator: Any) -> bool:
+    """Whether the coordinator's assignors are streamapp's and its group runs cooperative."""
+    assignors = _cooperative_assignors(coordinator)
+    return bool(assignors) and all(a.keeps_owned_through_join() for a in assignors)
+
+
 async def _on_join_prepare(self: Any, previous_assignment: Any) -> None:
     assignors = _cooperative_assignors(self)
     keep = (
@@ -291,6 +302,10 @@ async def _on_join_complete(
         await _original_on_join_complete(
             self, generation, member_id, protocol, member_assignment_bytes
         )
+        # A worker that owned nothing (new, or fenced) joined the eager way; if its assignment
+        # says the group runs cooperative, a second round may follow, which it must hear of.
+        if _runs_cooperative(self):
+            second_round.start_prompt_heartbeats(self)
         return
     state.kept_owned = False
     owned = set(self._subscription.assigned_partitions())
@@ -306,6 +321,9 @@ async def _on_join_complete(
         partitions_text(assigned - owned),
     )
     assignors = _cooperative_assignors(self)
+    # A member that gives something up rejoins once it has; the others hear of it at their next
+    # heartbeat, which comes soon, and even while their own handlers below run (`second_round`).
+    second_round.start_prompt_heartbeats(self)
     # Faust's handlers go incremental for this join's two listener calls (see
     # `streamapp.faust_compat.incremental`).
     _mark_incremental(assignors, True)
