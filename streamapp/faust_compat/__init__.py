@@ -15,7 +15,8 @@ member (`static_membership`); Faust's table writes, encoded once
 (`eager_hand_out`); its stream's acks and current event for an agent over batches
 (`batch_stream`), a batch topic's records handed out in one call (`batch_hand_out`) and a
 fetched partition's at a time (`partition_hand_out`), a batch's changelog records, sent
-together (`batch_changelog`), and a batch's table reads and writes, with the partition, key
+together (`batch_changelog`) and put in aiokafka's open batches without a future each
+(`accumulator_append`), and a batch's table reads and writes, with the partition, key
 index and sensors looked up once per batch (`batch_table`); its
 exactly_once sends, in the transaction of the record they are made for (`sends`), and what
 its topics send, encoded with codecs looked up once (`send_codecs`) and handed to the
@@ -179,6 +180,19 @@ PRIVATE_NAMES: dict[str, tuple[str, ...]] = {
     ),
     "aiokafka.producer.producer:AIOKafkaProducer": (
         "_sender",  # producer_metadata (transport fix 22): its sender's refreshes, spaced
+        "_message_accumulator",  # accumulator_append: a batch's changelog records, no futures
+        "_txn_manager",  # accumulator_append: what send checks, checked as send does
+        "_key_serializer",
+        "_value_serializer",
+        "_max_request_size",
+    ),
+    "aiokafka.producer.message_accumulator:MessageAccumulator": (
+        "_batches",  # accumulator_append: a partition's open batch, as add_message finds it
+        "_closed",  # accumulator_append: what add_message checks
+        "_exception",
+    ),
+    "aiokafka.producer.message_accumulator:MessageBatch": (
+        "_builder",  # accumulator_append: a record appended without a future
     ),
     "aiokafka.producer.sender:Sender": (
         "_retry_backoff",  # producer_metadata: the backoff between them

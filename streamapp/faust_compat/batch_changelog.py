@@ -6,10 +6,13 @@ by ``publish_message`` (sensors, a ``send`` per record, a done callback per reco
 delivery ``_on_changelog_sent`` writes the store's persisted offset, a rocksdict put per
 record. While `streamapp.batches` hands an agent a batch, a table write (`encode_once.Table`)
 appends its encoded key and value to the batch's `BatchChangelog` instead, and the batch's
-end, before its ack, hands them to aiokafka's ``send`` (its accumulator batches them, as
-Faust's would): no Faust object per record, and one done callback per changelog partition of
+end, before its ack, hands them to aiokafka's accumulator, in the batches its ``send`` would
+put them in: no Faust object per record, and one done callback per changelog partition of
 the batch, on its last record, which writes the persisted offset once (after the data: the
-store was written as each write was made).
+store was written as each write was made). Only that last record gets aiokafka's future: the
+others go straight into the partition's open batch, without a coroutine, a future and a
+``RecordMetadata`` each, and whatever is unusual (no open batch, a full one, a transaction
+not begun, ...) takes aiokafka's ``send`` (`streamapp.faust_compat.accumulator_append`).
 
 What stays as it was:
 
@@ -26,7 +29,11 @@ What stays as it was:
 - The changelog partition is the one Faust's table picks (``partition_for_key``: the batch's
   partition); a table that partitions by key (``use_partitioner``) keeps Faust's path, and so
   does every table of an app whose producer is threaded (``producer_threaded``).
-- Records of one changelog partition reach the producer in the order the writes were made.
+- Records of one changelog partition reach the producer in the order the writes were made,
+  and its batches are delivered in that order: the last record's future resolves when the
+  batch holding it is delivered, after those holding the partition's earlier records. It
+  says nothing of theirs (a failed batch fails its own records only), as before, when the
+  others' futures were made and not read.
 
 Not kept: Faust's producer sensors (``on_send_initiated`` / ``on_send_completed``) and the
 app's ``on_produce_message`` signal are not called for these records. A batch its agent does
@@ -37,8 +44,8 @@ Faust private names this relies on (checked at import, `streamapp.faust_compat.P
 ``faust.transport.drivers.aiokafka.Producer._producer``, ``_transaction_producers`` and
 ``_trn_locks`` (the aiokafka producers Faust sends with, and the lock of each transaction).
 Delete when Faust sends a table's changelog records in batches.
-Tests: tests/unit/streamapp/faust_compat/test_batch_changelog.py;
-tests/integration/test_batch_agent.py.
+Tests: tests/unit/streamapp/faust_compat/test_batch_changelog.py (on aiokafka's own
+accumulator); tests/integration/test_batch_agent.py.
 """
 
 from __future__ import annotations
@@ -54,6 +61,7 @@ from faust.exceptions import ProducerSendError
 from faust.transport.drivers.aiokafka import Producer as FaustProducer
 from faust.types import TP, AppT
 
+from streamapp.faust_compat import accumulator_append
 from streamapp.faust_compat.batch_table import BatchTable
 from streamapp.faust_compat.sends import source_transactional_id
 
@@ -113,16 +121,12 @@ class BatchChangelog:
 async def _send(
     producer: aiokafka.AIOKafkaProducer, records: list[tuple[Any, str, int, bytes, bytes | None]]
 ) -> dict[tuple[Any, int], asyncio.Future[Any]]:
-    """Each record to the producer's accumulator; the future of each table's and changelog
+    """Each record to the producer's batches; the future of each table's and changelog
     partition's last record (the partition's records are delivered in order)."""
-    send = producer.send
-    last: dict[tuple[Any, int], asyncio.Future[Any]] = {}
     try:
-        for table, topic, partition, key, value in records:
-            last[table, partition] = await send(topic, value, key=key, partition=partition)
+        return await accumulator_append.send(producer, records)
     except KafkaError as exc:
         raise ProducerSendError(f"Error while sending: {exc!r}") from exc
-    return last
 
 
 class _PersistOffset:

@@ -1,55 +1,114 @@
 """A batch's table writes go to the Kafka client's producer together as the batch ends (issue 16).
 
-A real rocksdict store in a temporary directory and Faust's own producer object, whose aiokafka
-producers are stand-ins that keep what they are sent and hand back futures the test resolves
-(no broker). Faust's buffered path (``send_soon``) is recorded, to show it is not taken.
+A real rocksdict store in a temporary directory, Faust's own producer object, and real aiokafka
+producers that are never started: their metadata is an answer the test gives, and their
+accumulator's batches are taken as aiokafka's sender takes them (``drain_by_nodes``) and
+delivered or failed by the test (``MessageBatch.done`` / ``failure``), so what is compared is
+what aiokafka's accumulator holds and resolves (no broker: tests/integration/test_batch_agent.py
+runs the batch agent against one). Faust's buffered path (``send_soon``) is recorded, to show it
+is not taken.
 """
 
 from __future__ import annotations
 
 import asyncio
 import weakref
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 from unittest import mock
 
 import pytest
-from aiokafka.structs import RecordMetadata, TopicPartition
+from aiokafka import AIOKafkaProducer
+from aiokafka.errors import IllegalOperation, KafkaConnectionError, ProducerClosed
+from aiokafka.protocol.metadata import MetadataResponse_v1
+from aiokafka.record.default_records import DefaultRecordBatch
+from aiokafka.structs import TopicPartition
+from faust.exceptions import ProducerSendError
 from faust.streams import _current_event
 from faust.transport.drivers.aiokafka import Producer as FaustProducer
 from faust.types import TP
 
 from streamapp import App
-from streamapp.faust_compat import batch_changelog
+from streamapp.faust_compat import accumulator_append, batch_changelog
 
 SOURCE = TP("source", 2)
 CHANGELOG = "batch-test-counts-changelog"
+OTHER = "batch-test-totals-changelog"
+TOPICS = {CHANGELOG: 4, OTHER: 4, "outputs": 4}
 
 
-class _AioProducer:
-    """aiokafka's producer as the batch path uses it: ``send`` appends and returns a future."""
+def _metadata(topics: dict[str, int]) -> Any:
+    """A metadata answer (v1) of one broker leading every partition of ``topics``."""
+    described = [
+        (0, topic, False, [(0, p, 0, [0], [0]) for p in range(count)])
+        for topic, count in topics.items()
+    ]
+    return MetadataResponse_v1([(0, "127.0.0.1", 9092, None)], 0, described)
+
+
+class _Sender:
+    """aiokafka's sender without a broker: whenever the accumulator wakes it, it takes the
+    batches ready (``drain_by_nodes``, as the sender does) and keeps them, in order, for the
+    test to deliver or fail."""
+
+    def __init__(self, producer: AIOKafkaProducer) -> None:
+        self.accumulator = producer._message_accumulator
+        self.batches: list[Any] = []
+        self.task = asyncio.ensure_future(self._run())
+
+    async def _run(self) -> None:
+        while True:
+            await self.accumulator.waiter()
+            self.take()
+
+    def take(self) -> list[Any]:
+        """The batches ready now (every open one: no linger), after those taken before."""
+        nodes, _ = self.accumulator.drain_by_nodes(ignore_nodes=set())
+        for node_batches in nodes.values():
+            self.batches.extend(node_batches.values())
+        return self.batches
+
+    def records(self) -> list[tuple[str, int, list[tuple[int, bytes | None, bytes | None]]]]:
+        """Each batch taken: its topic, partition and records (offset in it, key, value)."""
+        return [(batch.tp.topic, batch.tp.partition, _records_of(batch)) for batch in self.take()]
+
+
+def _records_of(batch: Any) -> list[tuple[int, bytes | None, bytes | None]]:
+    """A batch's records (offset in it, key, value), as its request would carry them."""
+    return [(r.offset, r.key, r.value) for r in DefaultRecordBatch(bytes(batch.get_data_buffer()))]
+
+
+class _Kafka:
+    """Makes aiokafka producers (not started) that know ``TOPICS``, and their senders."""
 
     def __init__(self) -> None:
-        self.sent: list[tuple[str, bytes | None, bytes | None, int | None]] = []
-        self.futures: list[asyncio.Future[Any]] = []
+        self.made: list[AIOKafkaProducer] = []
+        self.senders: list[_Sender] = []
 
-    async def send(
-        self,
-        topic: str,
-        value: bytes | None = None,
-        key: bytes | None = None,
-        partition: Any = None,
-    ) -> asyncio.Future[Any]:
-        self.sent.append((topic, key, value, partition))
-        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self.futures.append(fut)
-        return fut
+    def producer(self, **options: Any) -> AIOKafkaProducer:
+        producer = AIOKafkaProducer(bootstrap_servers="127.0.0.1:9", **options)
+        producer.client.cluster.update_metadata(_metadata(TOPICS))
+        self.made.append(producer)
+        return producer
+
+    def sender(self, producer: AIOKafkaProducer) -> _Sender:
+        sender = _Sender(producer)
+        self.senders.append(sender)
+        return sender
 
 
-def _delivered(fut: asyncio.Future[Any], offset: int) -> None:
-    tp = TopicPartition(CHANGELOG, 2)
-    fut.set_result(RecordMetadata(CHANGELOG, 2, tp, offset, -1, 0, 0))
+@pytest.fixture
+async def kafka() -> AsyncIterator[_Kafka]:
+    made = _Kafka()
+    yield made
+    for sender in made.senders:
+        sender.task.cancel()
+    for producer in made.made:
+        for batches in producer._message_accumulator._batches.values():
+            for batch in batches:
+                batch.done_noack()  # nothing waits on them any more
+        await producer.stop()
 
 
 @pytest.fixture
@@ -80,12 +139,17 @@ def _app(tmp_path: Path, **options: Any) -> tuple[Any, Any, list[Any]]:
     return app, table, buffered
 
 
+def _futures(sender: _Sender) -> int:
+    """The futures aiokafka keeps for single records, in the batches taken."""
+    return sum(len(batch._msg_futures) for batch in sender.take())
+
+
 async def test_a_batch_sends_its_changelog_records_in_order_at_its_end(
-    tmp_path: Path, in_batch: None
+    tmp_path: Path, in_batch: None, kafka: _Kafka
 ) -> None:
     app, counts, buffered = _app(tmp_path)
-    aio = _AioProducer()
-    app.producer._producer = aio
+    aio = app.producer._producer = kafka.producer()
+    sender = kafka.sender(aio)
     changelog = batch_changelog.begin(app, SOURCE)
     assert changelog is not None
     counts["a"] += 1
@@ -94,55 +158,287 @@ async def test_a_batch_sends_its_changelog_records_in_order_at_its_end(
     del counts["b"]
     # Written to the store at once (reads in the batch see them), nothing sent yet.
     assert counts["a"] == 2 and "b" not in counts
-    assert aio.sent == [] and buffered == []
+    assert sender.records() == [] and buffered == []
     await batch_changelog.end(changelog)
     assert batch_changelog.current() is None
-    assert aio.sent == [
-        (CHANGELOG, b'"a"', b"1", 2),
-        (CHANGELOG, b'"a"', b"2", 2),
-        (CHANGELOG, b'"b"', b"5", 2),
-        (CHANGELOG, b'"b"', None, 2),  # the deletion, after the write it deletes
+    assert sender.records() == [
+        (
+            CHANGELOG,
+            2,
+            [
+                (0, b'"a"', b"1"),
+                (1, b'"a"', b"2"),
+                (2, b'"b"', b"5"),
+                (3, b'"b"', None),  # the deletion, after the write it deletes
+            ],
+        )
     ]
     assert buffered == []  # Faust's per-record path was not taken
     store = counts.data
     changelog_tp = TP(CHANGELOG, 2)
     assert store.persisted_offset(changelog_tp) is None
     with mock.patch.object(store, "set_persisted_offset", wraps=store.set_persisted_offset) as spy:
-        for offset, fut in enumerate(aio.futures[:-1], start=10):
-            _delivered(fut, offset)
-        await asyncio.sleep(0)
-        assert spy.call_count == 0  # the offset waits for the partition's last record
-        _delivered(aio.futures[-1], 13)
+        (batch,) = sender.batches
+        batch.done(10)
         await asyncio.sleep(0)
     assert spy.call_count == 1
-    assert store.persisted_offset(changelog_tp) == 13
+    assert store.persisted_offset(changelog_tp) == 13  # the last record's: 10 + 3
 
 
-async def test_a_failed_delivery_writes_no_offset(tmp_path: Path, in_batch: None) -> None:
+async def test_records_go_to_the_batches_per_record_sends_fill(
+    tmp_path: Path, in_batch: None, kafka: _Kafka
+) -> None:
+    """The same records, in the same order, in the same batches of each partition as one
+    aiokafka ``send`` per record leaves: here with two tables' changelogs interleaved, open
+    batches already there (output records sent before), and batches that fill up (the record
+    that finds its batch full takes ``send``, which waits for the batch to be taken; the
+    sender takes the other partition's open batch too, and its next record needs a new one)."""
+    records = []
+    for i in range(60):
+        table = "counts" if i % 3 else "totals"
+        topic = CHANGELOG if i % 3 else OTHER
+        value = None if i % 7 == 0 else f'{{"n": {i}}}'.encode()
+        records.append((table, topic, 2, f'"key-{i % 9}"'.encode(), value))
+
+    async def fill(direct: bool) -> list[Any]:
+        producer = kafka.producer(max_batch_size=300)
+        sender = kafka.sender(producer)
+        await producer.send(CHANGELOG, b"earlier", key=b"k", partition=2)
+        await producer.send(OTHER, b"earlier", key=b"k", partition=2)
+        if direct:
+            await accumulator_append.send(producer, records)
+        else:
+            for _, topic, partition, key, value in records:
+                await producer.send(topic, value, key=key, partition=partition)
+        return sender.records()
+
+    per_record = await fill(direct=False)
+    assert len([b for b in per_record if b[0] == CHANGELOG]) > 2  # the batches filled up
+    assert await fill(direct=True) == per_record
+
+
+async def test_one_future_per_table_and_partition_resolved_at_its_last_records_delivery(
+    tmp_path: Path, in_batch: None, kafka: _Kafka
+) -> None:
+    """Records appended to an open batch make no future; each (table, partition)'s last record
+    has aiokafka's, and its offset is written once, when the batch holding it is delivered."""
     app, counts, _ = _app(tmp_path)
-    aio = _AioProducer()
-    app.producer._producer = aio
+    totals = app.Table("totals", default=int, partitions=4)
+    totals._verify_source_topic_partitions = lambda topic: None
+    aio = app.producer._producer = kafka.producer(max_batch_size=300)
+    sender = kafka.sender(aio)
+    # An output record before: each changelog partition has an open batch with one future.
+    await aio.send(CHANGELOG, b"out", key=b"k", partition=2)
+    await aio.send(OTHER, b"out", key=b"k", partition=2)
+    changelog = batch_changelog.begin(app, SOURCE)
+    for i in range(30):
+        counts[f"k{i}"] = i
+        if i % 10 == 0:
+            totals[f"t{i}"] = i
+    with mock.patch.object(aio, "send", wraps=aio.send) as send:
+        await batch_changelog.end(changelog)
+    batches = sender.take()
+    by_topic = {topic: [b for b in batches if b.tp.topic == topic] for topic in (CHANGELOG, OTHER)}
+    # The first changelog's batch filled up; aiokafka's sender took the other's open batch
+    # with it (it takes every partition's open batch each time it runs).
+    assert len(by_topic[CHANGELOG]) == 2 and len(by_topic[OTHER]) == 2
+    # ``send`` only for the record that found its batch full, and for the other table's next
+    # record (its batch was taken: aiokafka makes the next one); that one is its table's last.
+    assert [(c.args[0], c.kwargs["key"]) for c in send.call_args_list] == [
+        (CHANGELOG, b'"k17"'),
+        (OTHER, b'"t20"'),
+    ]
+    # Futures: the two output records', those two sends', the first table's last record's.
+    assert _futures(sender) == 2 + 2 + 1
+    stores = {CHANGELOG: counts.data, OTHER: totals.data}
+    spies = {
+        topic: mock.patch.object(store, "set_persisted_offset", wraps=store.set_persisted_offset)
+        for topic, store in stores.items()
+    }
+    bases = {CHANGELOG: 100, OTHER: 500}
+
+    def deliver(batch: Any) -> None:
+        batch.done(bases[batch.tp.topic])
+        bases[batch.tp.topic] += batch.record_count
+
+    with spies[CHANGELOG] as counts_spy, spies[OTHER] as totals_spy:
+        for batch in (by_topic[CHANGELOG][0], by_topic[OTHER][0]):
+            deliver(batch)
+            await asyncio.sleep(0)
+            # Not before the partition's last record.
+            assert counts_spy.call_count == 0 and totals_spy.call_count == 0
+        deliver(by_topic[OTHER][1])
+        await asyncio.sleep(0)
+        assert counts_spy.call_count == 0 and totals_spy.call_count == 1
+        deliver(by_topic[CHANGELOG][1])
+        await asyncio.sleep(0)
+        assert counts_spy.call_count == 1 and totals_spy.call_count == 1
+    # The output record is the first of each partition's first batch: offsets after it.
+    assert counts.data.persisted_offset(TP(CHANGELOG, 2)) == 100 + 30
+    assert totals.data.persisted_offset(TP(OTHER, 2)) == 500 + 3
+
+
+async def test_without_an_open_batch_the_first_record_takes_send(
+    tmp_path: Path, in_batch: None, kafka: _Kafka
+) -> None:
+    app, counts, _ = _app(tmp_path)
+    aio = app.producer._producer = kafka.producer()
+    sender = kafka.sender(aio)
+    changelog = batch_changelog.begin(app, SOURCE)
+    for i in range(5):
+        counts[f"k{i}"] = i
+    with mock.patch.object(aio, "send", wraps=aio.send) as send:
+        await batch_changelog.end(changelog)
+    # aiokafka makes the partition's batch for the first; the rest are appended to it.
+    assert [c.args[0] for c in send.call_args_list] == [CHANGELOG]
+    assert [len(records) for _, _, records in sender.records()] == [5]
+    assert _futures(sender) == 2  # the first record's (from send) and the last's
+
+
+async def test_records_go_to_the_open_batch_behind_one_sent_again(
+    tmp_path: Path, in_batch: None, kafka: _Kafka
+) -> None:
+    """A batch whose request failed and is retried waits at the head of its partition's queue,
+    built and closed; the records go to the open batch behind it, as ``send``'s do."""
+    aio = kafka.producer()
+    sender = kafka.sender(aio)
+    accumulator = aio._message_accumulator
+    await aio.send(CHANGELOG, b"first", key=b"k", partition=2)
+    (retried,) = sender.take()
+    retried.get_data_buffer()  # its request was built
+    await aio.send(CHANGELOG, b"second", key=b"k", partition=2)  # the open batch
+    accumulator.reenqueue(retried)
+    queue = accumulator._batches[TopicPartition(CHANGELOG, 2)]
+    retried_, behind = queue
+    assert retried_ is retried
+    records = [("counts", CHANGELOG, 2, b"a", b"1"), ("counts", CHANGELOG, 2, b"b", b"2")]
+    with mock.patch.object(aio, "send", wraps=aio.send) as send:
+        await accumulator_append.send(aio, records)
+    assert send.call_count == 0
+    assert _records_of(behind) == [(0, b"k", b"second"), (1, b"a", b"1"), (2, b"b", b"2")]
+    assert _records_of(retried) == [(0, b"k", b"first")]
+
+
+async def test_a_failed_delivery_writes_no_offset(
+    tmp_path: Path, in_batch: None, kafka: _Kafka
+) -> None:
+    app, counts, _ = _app(tmp_path)
+    aio = app.producer._producer = kafka.producer()
+    sender = kafka.sender(aio)
     changelog = batch_changelog.begin(app, SOURCE)
     counts["a"] = 1
+    counts["b"] = 2
     await batch_changelog.end(changelog)
-    aio.futures[-1].set_exception(RuntimeError("not delivered"))
+    (batch,) = sender.take()
+    batch.failure(KafkaConnectionError("not delivered"))
     await asyncio.sleep(0)
     assert counts.data.persisted_offset(TP(CHANGELOG, 2)) is None
 
 
-async def test_writes_outside_a_batch_keep_fausts_path(tmp_path: Path, in_batch: None) -> None:
-    app, counts, buffered = _app(tmp_path)
-    aio = _AioProducer()
-    app.producer._producer = aio
+@pytest.mark.parametrize("state", ["a fatal error", "closed"])
+async def test_an_accumulator_that_refuses_records_fails_the_batch_as_send_does(
+    tmp_path: Path, in_batch: None, kafka: _Kafka, state: str
+) -> None:
+    app, counts, _ = _app(tmp_path)
+    aio = app.producer._producer = kafka.producer()
+    await aio.send(CHANGELOG, b"out", key=b"k", partition=2)  # an open batch
+    accumulator = aio._message_accumulator
+    (open_batch,) = accumulator._batches[TopicPartition(CHANGELOG, 2)]
+    if state == "closed":
+        accumulator._closed = True  # as ``close`` sets it before flushing
+        expected: type[Exception] = ProducerClosed
+    else:
+        accumulator.fail_all(KafkaConnectionError("the sender gave up"))
+        expected = KafkaConnectionError
+    with pytest.raises(expected):  # what aiokafka's send raises
+        await aio.send(CHANGELOG, b"x", key=b"k", partition=2)
+    changelog = batch_changelog.begin(app, SOURCE)
     counts["a"] = 1
-    assert aio.sent == [] and len(buffered) == 1
+    counts["b"] = 2
+    with pytest.raises(ProducerSendError, match=expected.__name__):
+        await batch_changelog.end(changelog)
+    assert open_batch.record_count == 1  # nothing appended past aiokafka's refusal
+
+
+async def test_a_transactional_producer_out_of_its_transaction_raises_as_send_does(
+    tmp_path: Path, in_batch: None, kafka: _Kafka
+) -> None:
+    aio = kafka.producer(transactional_id="tid-2")
+    txn = aio._txn_manager
+    txn.set_pid_and_epoch(1, 0)
+    await aio.begin_transaction()
+    await aio.send(CHANGELOG, b"out", key=b"k", partition=2)  # an open batch
+    (open_batch,) = aio._message_accumulator._batches[TopicPartition(CHANGELOG, 2)]
+    txn.committing_transaction()  # a commit under way: not in the transaction any more
+    records = [("counts", CHANGELOG, 2, b"a", b"1"), ("counts", CHANGELOG, 2, b"b", b"2")]
+    with pytest.raises(IllegalOperation):
+        await accumulator_append.send(aio, records)
+    assert open_batch.record_count == 1
+
+
+async def test_a_partition_missing_from_the_metadata_takes_send(
+    tmp_path: Path, in_batch: None, kafka: _Kafka
+) -> None:
+    """``send`` waits for it (`producer_wait`); here a stand-in records what it is given."""
+    aio = kafka.producer()
+    await aio.send(CHANGELOG, b"out", key=b"k", partition=2)  # an open batch
+    (open_batch,) = aio._message_accumulator._batches[TopicPartition(CHANGELOG, 2)]
+    aio.client.cluster.update_metadata(_metadata({**TOPICS, CHANGELOG: 2}))
+    given: list[tuple[Any, ...]] = []
+
+    async def send(topic: str, value: Any = None, key: Any = None, partition: Any = None) -> Any:
+        given.append((topic, key, value, partition))
+        return asyncio.get_running_loop().create_future()
+
+    records = [("counts", CHANGELOG, 2, b"a", b"1"), ("counts", CHANGELOG, 2, b"b", b"2")]
+    with mock.patch.object(aio, "send", send):
+        last = await accumulator_append.send(aio, records)
+    assert given == [(CHANGELOG, b"a", b"1", 2), (CHANGELOG, b"b", b"2", 2)]
+    assert open_batch.record_count == 1 and list(last) == [("counts", 2)]
+
+
+async def test_a_record_near_max_request_size_takes_send(
+    tmp_path: Path, in_batch: None, kafka: _Kafka
+) -> None:
+    """``send`` checks a record's size against ``max_request_size``; a record that may be too
+    large is left to it (here it raises, as for a record sent alone)."""
+    aio = kafka.producer(max_request_size=1000, max_batch_size=4000)
+    await aio.send(CHANGELOG, b"out", key=b"k", partition=2)  # an open batch with room
+    (open_batch,) = aio._message_accumulator._batches[TopicPartition(CHANGELOG, 2)]
+    small = ("counts", CHANGELOG, 2, b"a", b"1")
+    large = ("counts", CHANGELOG, 2, b"b", b"x" * 990)
+    with pytest.raises(ProducerSendError, match="MessageSizeTooLargeError"):
+        await batch_changelog._send(aio, [small, large, small])
+    assert open_batch.record_count == 2  # the small one before it went in
+
+
+async def test_a_producer_with_a_send_of_its_own_gets_every_record(
+    tmp_path: Path, in_batch: None, kafka: _Kafka
+) -> None:
+    class Traced(AIOKafkaProducer):
+        given: list[bytes] = []
+
+        async def send(self, topic: str, value: Any = None, key: Any = None, **kw: Any) -> Any:
+            self.given.append(key)
+            return await super().send(topic, value, key, **kw)
+
+    aio = Traced(bootstrap_servers="127.0.0.1:9")
+    aio.client.cluster.update_metadata(_metadata(TOPICS))
+    kafka.made.append(aio)
+    await aio.send(CHANGELOG, b"out", key=b"k", partition=2)  # an open batch
+    records = [("counts", CHANGELOG, 2, b"a", b"1"), ("counts", CHANGELOG, 2, b"b", b"2")]
+    last = await accumulator_append.send(aio, records)
+    assert Traced.given == [b"k", b"a", b"b"] and list(last) == [("counts", 2)]
 
 
 async def test_exactly_once_sends_in_the_batchs_transaction_under_its_lock(
-    tmp_path: Path, in_batch: None
+    tmp_path: Path, in_batch: None, kafka: _Kafka
 ) -> None:
     app, counts, buffered = _app(tmp_path, processing_guarantee="exactly_once")
-    plain, transactional = _AioProducer(), _AioProducer()
+    plain, transactional = kafka.producer(), kafka.producer(transactional_id="tid-2")
+    transactional._txn_manager.set_pid_and_epoch(1, 0)
+    await transactional.begin_transaction()
+    plain_sender, sender = kafka.sender(plain), kafka.sender(transactional)
     faust_producer = app.producer
     faust_producer._producer = plain
     faust_producer._transaction_producers = {"tid-2": transactional}
@@ -152,21 +448,34 @@ async def test_exactly_once_sends_in_the_batchs_transaction_under_its_lock(
         changelog = batch_changelog.begin(app, SOURCE)
     tid.assert_called_once_with(app, SOURCE)
     counts["a"] = 1
+    counts["b"] = 2
     await lock.acquire()  # a commit (or the next begin) of the transaction is under way
     ending = asyncio.ensure_future(batch_changelog.end(changelog))
     for _ in range(5):
         await asyncio.sleep(0)
-    assert transactional.sent == [] and not ending.done()
+    assert sender.records() == [] and not ending.done()
     lock.release()
     await ending
-    assert transactional.sent == [(CHANGELOG, b'"a"', b"1", 2)]
-    assert plain.sent == [] and buffered == []
+    assert sender.records() == [(CHANGELOG, 2, [(0, b'"a"', b"1"), (1, b'"b"', b"2")])]
+    # The partition was added to the transaction (aiokafka's send made the batch).
+    assert TopicPartition(CHANGELOG, 2) in transactional._txn_manager.partitions_to_add()
+    assert plain_sender.records() == [] and buffered == []
     with mock.patch.object(app.tables, "persist_offset_on_commit") as on_commit:
-        _delivered(transactional.futures[-1], 7)
+        sender.batches[0].done(7)
         await asyncio.sleep(0)
     # Under exactly_once the store's offset is written when the transaction commits, as Faust's.
-    on_commit.assert_called_once_with(counts.data, TP(CHANGELOG, 2), 7)
+    on_commit.assert_called_once_with(counts.data, TP(CHANGELOG, 2), 8)
     assert counts.data.persisted_offset(TP(CHANGELOG, 2)) is None
+
+
+async def test_writes_outside_a_batch_keep_fausts_path(
+    tmp_path: Path, in_batch: None, kafka: _Kafka
+) -> None:
+    app, counts, buffered = _app(tmp_path)
+    aio = app.producer._producer = kafka.producer()
+    sender = kafka.sender(aio)
+    counts["a"] = 1
+    assert sender.records() == [] and len(buffered) == 1
 
 
 async def test_no_transaction_for_the_source_keeps_fausts_path(

@@ -1,0 +1,138 @@
+"""A batch's changelog records put in aiokafka's open batches, without a future each.
+
+`streamapp.faust_compat.batch_changelog` hands a batch's changelog records to aiokafka's
+producer as the batch ends, and uses only the future of each (table, changelog partition)'s
+last record (its done callback writes the persisted offset). aiokafka's ``send`` costs every
+record a coroutine (``send``, ``_wait_on_metadata``, ``add_message``), the partition checked
+in the metadata, a ``TopicPartition``, a future, and at delivery a ``RecordMetadata`` and the
+future set. Here each record of a partition but its last is appended to the builder of the
+partition's open ``MessageBatch`` (the batch ``add_message`` would append it to: the last of
+the partition's queue), which copies its bytes and nothing more; the last record is appended
+by that batch's own ``append``, which gives it aiokafka's future. The bytes in the batches, and
+their order, are those per-record ``send`` calls leave: neither yields to the event loop while
+the record goes in (aiokafka's sender cannot take the batch in between), and both append to
+the same batch, with the time of the append as the record's timestamp.
+
+Delivery, in aiokafka 0.14 (``message_accumulator.py``, ``sender.py``): a partition's batches
+leave its queue in order (``drain_by_nodes`` pops the oldest), one at a time (the partition is
+muted while its batch is in flight), and a batch sent again is put back at the head of the
+queue; so the batch holding a partition's last record is delivered with or after those holding
+the others. A failed batch fails its own futures only (``MessageBatch.failure``; all of them
+only through ``fail_all``, the sender's fatal error); a later batch of the partition is sent
+and may succeed. So the last record's future says whether the last record was delivered, not
+the others: what it said before this module, when the others' futures were dropped unread.
+
+Whatever is unusual takes aiokafka's own ``send`` for that record (the errors, the wait for a
+full batch to drain, ``maybe_add_partition_to_txn`` for a new batch, the checks, stay its):
+no open batch for the partition, a full or closed batch (its ``append`` refused the record),
+the accumulator closed or holding the sender's fatal error, a transactional producer not in a
+transaction, the topic or partition not in the producer's metadata (streamapp's
+``producer_wait`` then waits for it), a producer with key or value serializers, and a record
+that may be larger than ``max_request_size`` (``send`` raises for it). After a ``send`` that
+waited, the conditions are checked again (the event loop ran meanwhile). A producer whose
+class has a ``send`` of its own (a subclass overriding aiokafka's) gets every record through
+it.
+
+aiokafka private names this relies on (checked at import, `streamapp.faust_compat.PRIVATE_NAMES`;
+named in this module only): ``AIOKafkaProducer._message_accumulator``, ``_txn_manager``,
+``_key_serializer``, ``_value_serializer`` and ``_max_request_size`` (what ``send`` reads),
+``MessageAccumulator._batches``, ``_closed`` and ``_exception`` (the open batches and what
+``add_message`` checks), ``MessageBatch._builder`` (the builder its ``append`` appends to).
+aiokafka has no public call that appends to a partition's open batch without a future (its
+``send_batch`` queues a batch of its own, after the partition's previous one is drained: a wait
+per agent batch). Delete this module when aiokafka has one, or when a future per record no
+longer costs what it does here (docs/throughput.md, step 8).
+Tests: tests/unit/streamapp/faust_compat/test_batch_changelog.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+import aiokafka
+from aiokafka.structs import TopicPartition
+
+#: (table, changelog topic, partition, key, value or None for a deletion)
+Record = tuple[Any, str, int, bytes, bytes | None]
+
+#: More than a record's size estimate (``estimate_size_in_bytes``, which ``send`` compares
+#: with ``max_request_size``) adds to its key and value: the batch header (61), a record's
+#: overhead (21), the lengths' varints (at most 5 each) and the headers' count (1), 93 in all.
+#: A record closer than this to the limit takes ``send``, which checks it.
+_HEADROOM = 128
+
+#: What ``send`` appends without headers (read only: the builder iterates it).
+_NO_HEADERS: list[tuple[str, bytes]] = []
+
+
+async def send(
+    producer: aiokafka.AIOKafkaProducer, records: Sequence[Record]
+) -> dict[tuple[Any, int], asyncio.Future[Any]]:
+    """Each record to the producer's batches; the future of each (table, partition)'s last
+    record, resolved when its batch is delivered (see the module)."""
+    # The index of each (table, partition)'s last record: it is the one given a future.
+    ends = set({(record[0], record[2]): i for i, record in enumerate(records)}.values())
+    last: dict[tuple[Any, int], asyncio.Future[Any]] = {}
+    if type(producer).send is not aiokafka.AIOKafkaProducer.send:
+        # A send of its own (a subclass's override, a stand-in): it is called for every record.
+        for i, (table, topic, partition, key, value) in enumerate(records):
+            fut = await producer.send(topic, value, key=key, partition=partition)
+            if i in ends:
+                last[table, partition] = fut
+        return last
+    direct = _direct(producer)
+    max_size = producer._max_request_size - _HEADROOM
+    #: (topic, partition) -> the batch its records go to, or None: ``send``. Valid until the
+    #: event loop runs (only a ``send`` below lets it): aiokafka's sender drains batches.
+    batches: dict[tuple[str, int], Any] = {}
+    for i, (table, topic, partition, key, value) in enumerate(records):
+        if direct:
+            try:
+                batch = batches[topic, partition]
+            except KeyError:
+                batch = batches[topic, partition] = _open_batch(producer, topic, partition)
+            if batch is not None and len(key) + (0 if value is None else len(value)) <= max_size:
+                if i not in ends:
+                    # No future: the builder's append. None: the batch is full (now closed).
+                    if batch._builder.append(timestamp=None, key=key, value=value) is not None:
+                        continue
+                else:
+                    fut = batch.append(key, value, None, headers=_NO_HEADERS)
+                    if fut is not None:
+                        last[table, partition] = fut
+                        continue
+        fut = await producer.send(topic, value, key=key, partition=partition)
+        if i in ends:
+            last[table, partition] = fut
+        direct = _direct(producer)
+        batches.clear()
+    return last
+
+
+def _direct(producer: aiokafka.AIOKafkaProducer) -> bool:
+    """The producer's records may skip ``send`` now: its checks would all pass."""
+    accumulator = producer._message_accumulator
+    if accumulator._closed or accumulator._exception is not None:
+        return False  # ``add_message`` raises
+    txn_manager = producer._txn_manager
+    if (
+        txn_manager is not None
+        and txn_manager.transactional_id is not None
+        and not txn_manager.is_in_transaction()
+    ):
+        return False  # ``send`` raises IllegalOperation
+    # Serializers would change the bytes; Faust's producer has none.
+    return producer._key_serializer is None and producer._value_serializer is None
+
+
+def _open_batch(producer: aiokafka.AIOKafkaProducer, topic: str, partition: int) -> Any:
+    """The batch ``add_message`` would append a record of this partition to, if there is one
+    and ``send`` would get that far without waiting."""
+    partitions = producer.client.cluster.partitions_for_topic(topic)
+    if partitions is None or partition not in partitions:
+        return None  # ``send`` waits for the metadata (``producer_wait``) or raises
+    queue = producer._message_accumulator._batches.get(TopicPartition(topic, partition))
+    # None or empty: ``add_message`` makes a batch (and adds the partition to the transaction).
+    return queue[-1] if queue else None
