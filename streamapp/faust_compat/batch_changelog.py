@@ -9,10 +9,11 @@ appends its encoded key and value to the batch's `BatchChangelog` instead, and t
 end, before its ack, hands them to aiokafka's accumulator, in the batches its ``send`` would
 put them in: no Faust object per record, and one done callback per changelog partition of
 the batch, on its last record, which writes the persisted offset once (after the data: the
-store was written as each write was made). Only that last record gets aiokafka's future: the
-others go straight into the partition's open batch, without a coroutine, a future and a
-``RecordMetadata`` each, and whatever is unusual (no open batch, a full one, a transaction
-not begun, ...) takes aiokafka's ``send`` (`streamapp.faust_compat.accumulator_append`).
+batch's writes were stored as it ended, before its records were sent; `batch_table`). Only
+that last record gets aiokafka's future: the others go straight into the partition's open
+batch, without a coroutine, a future and a ``RecordMetadata`` each, and whatever is unusual
+(no open batch, a full one, a transaction not begun, ...) takes aiokafka's ``send``
+(`streamapp.faust_compat.accumulator_append`).
 
 What stays as it was:
 
@@ -37,8 +38,8 @@ What stays as it was:
 
 Not kept: Faust's producer sensors (``on_send_initiated`` / ``on_send_completed``) and the
 app's ``on_produce_message`` signal are not called for these records. A batch its agent does
-not finish sends none of its changelog records (it is not acked either: it is processed again
-after the restart).
+not finish sends none of its changelog records and stores none of its writes (it is not acked
+either: it is processed again after the restart, on a store that does not hold it yet).
 
 Faust private names this relies on (checked at import, `streamapp.faust_compat.PRIVATE_NAMES`):
 ``faust.transport.drivers.aiokafka.Producer._producer``, ``_transaction_producers`` and
@@ -61,7 +62,7 @@ from faust.exceptions import ProducerSendError
 from faust.transport.drivers.aiokafka import Producer as FaustProducer
 from faust.types import TP, AppT
 
-from streamapp.faust_compat import accumulator_append
+from streamapp.faust_compat import accumulator_append, batch_table
 from streamapp.faust_compat.batch_table import BatchTable
 from streamapp.faust_compat.sends import source_transactional_id
 
@@ -84,10 +85,15 @@ class BatchChangelog:
         #: table takes Faust's store calls in this batch). Ended with the batch.
         self.tables: dict[int, BatchTable | None] = {}
 
-    def end_tables(self) -> None:
-        """The batch's tables are done with: their keys go to the stores' key indexes."""
+    def end_tables(self, *, finished: bool) -> None:
+        """The batch's tables are done with: a finished batch's writes go to the stores (an
+        unfinished one's are dropped), and their keys to the stores' key indexes."""
         for table in self.tables.values():
             if table is not None:
+                if finished:
+                    batch_table.flush(table.store)
+                else:
+                    table.discard()
                 table.index_keys()
 
     def add(self, table: Any, topic: str, partition: int, key: bytes, value: bytes | None) -> None:
@@ -174,17 +180,18 @@ async def end(changelog: BatchChangelog | None) -> None:
     """The batch's writes are done: send its changelog records."""
     _current.set(None)
     if changelog is not None:
-        changelog.end_tables()
+        # The stores first, as each write did before the batch's writes were stored together.
+        changelog.end_tables(finished=True)
         await changelog.send()
 
 
 def forget() -> None:
-    """A batch left unfinished: its writes no longer go to its changelog (the stores were
-    written: their key indexes note the keys)."""
+    """A batch left unfinished: its writes go neither to its changelog nor to the stores (their
+    key indexes still note the keys: an index is a hint of where to look)."""
     changelog = _current.get()
     _current.set(None)
     if changelog is not None:
-        changelog.end_tables()
+        changelog.end_tables(finished=False)
 
 
 def current() -> BatchChangelog | None:

@@ -42,6 +42,22 @@ same for every record of it. `BatchTable` holds one table's part of one batch:
   can find a key the index evicted: it finds them in their partition's store all the same.
   Reads and writes inside the batch (the store's ``_get``, ``_set`` and ``_contains`` with a
   current event) never read the index.
+- **the writes**, stored together: a write waits in the partition's pending writes (a dict
+  of key -> value bytes, one per store and partition, shared by every batch of it), a read in
+  a batch looks there first, and the batch's end puts them in the partition's store in one
+  rocksdict ``WriteBatch``, before its changelog records are sent (`batch_changelog.end`): one
+  write to RocksDB's log per batch, not one per record (about 3.3 µs of CPU a put against
+  about 1.2 µs a key in batches of 16). A batch left unfinished drops its writes: it sends
+  no changelog record either, and is processed again after the restart. Every other read
+  or write of the table that goes to the store itself stores the pending writes first
+  (`encode_once.Table`: a read or write outside a batch, in another task or by another
+  agent; ``in``, iteration, ``len``, ``keys``, ``items``, ``values``, ``copy``, ``update``,
+  ``clear``, a deletion), so each sees every write made so far, as with Faust's per-call
+  writes. Not covered: code that reads the store object itself (``table.data``) while a
+  batch is under way. The store's persisted offset is not in the write batch: it is the
+  changelog offset of the batch's last record, known only at its delivery, and written then
+  (`batch_changelog`); a crash in between leaves a store whose data is ahead of its offset,
+  and the changelog replay from the offset writes the same values again.
 - **the sensors**, when each sensor of the app is Faust's own ``Monitor`` (its table sensors
   not overridden: they only count) and holds the table's ``TableState`` already: the states are
   looked up once per batch and counted per call, so ``keys_retrieved`` and ``keys_updated``
@@ -76,6 +92,7 @@ import faust
 from faust.sensors import Monitor
 from faust.sensors.monitor import TableState
 from faust.stores.rocksdb import Store as RocksDBStore
+from rocksdict import WriteBatch
 
 
 def handles_table(table: Any, store: Any) -> bool:
@@ -126,7 +143,16 @@ def _table_states(table: Any) -> tuple[TableState, ...] | None:
 class BatchTable:
     """One table's reads and writes of bytes during one batch (see the module)."""
 
-    __slots__ = ("_indexed", "dbs", "partition", "states", "store", "table", "write_partition")
+    __slots__ = (
+        "_indexed",
+        "dbs",
+        "partition",
+        "pending",
+        "states",
+        "store",
+        "table",
+        "write_partition",
+    )
 
     def __init__(
         self, table: Any, store: Any, partition: int, states: tuple[TableState, ...] | None
@@ -141,6 +167,9 @@ class BatchTable:
         self.states = states
         #: Keys found or written in this batch, in the order first noted, for the key index.
         self._indexed: dict[bytes, None] = {}
+        #: The partition's writes not in its store yet (`pending`), shared with every batch of
+        #: the same store and partition.
+        self.pending = pending(store, partition)
 
     def _db(self) -> Any:
         """The partition's open handle; a missing one (closed during an await in the batch, by
@@ -156,8 +185,10 @@ class BatchTable:
         else:
             for state in states:
                 state.keys_retrieved += 1
-        db = self.dbs.get(self.partition)  # _db_for_partition's lookup, without the call
-        value: bytes | None = (self._db() if db is None else db).get(key_bytes)
+        value = self.pending.get(key_bytes)  # written in this batch, not in the store yet
+        if value is None:
+            db = self.dbs.get(self.partition)  # _db_for_partition's lookup, without the call
+            value = (self._db() if db is None else db).get(key_bytes)
         if value is not None:
             self._indexed[key_bytes] = None
         return value
@@ -171,11 +202,17 @@ class BatchTable:
         else:
             for state in states:
                 state.keys_updated += 1
-        db = self.dbs.get(self.partition)
-        if db is None:
-            db = self._db()
         self._indexed[key_bytes] = None
-        db.put(key_bytes, value_bytes)
+        if value_bytes is None:  # as the store's put would take it (and fail), at once
+            flush(self.store)
+            self._db().put(key_bytes, value_bytes)
+        else:
+            self.pending[key_bytes] = value_bytes
+
+    def discard(self) -> None:
+        """The batch was left unfinished: its partition's writes are dropped, not stored (its
+        changelog records are not sent either)."""
+        self.pending.clear()
 
     def index_keys(self) -> None:
         """Put the keys noted so far in the store's key index (see the module)."""
@@ -183,3 +220,33 @@ class BatchTable:
         if indexed:
             self._indexed = {}
             self.store._key_index.update(zip(indexed, repeat(self.partition)))
+
+
+#: The attribute of a Faust store holding its writes not stored yet: partition -> key -> value.
+_PENDING = "_streamapp_pending_writes"
+
+
+def pending(store: Any, partition: int) -> dict[bytes, bytes]:
+    """The writes of ``store``'s ``partition`` made in batches and not in the store yet."""
+    by_partition: dict[int, dict[bytes, bytes]] | None = store.__dict__.get(_PENDING)
+    if by_partition is None:
+        by_partition = store.__dict__[_PENDING] = {}
+    writes = by_partition.get(partition)
+    if writes is None:
+        writes = by_partition[partition] = {}
+    return writes
+
+
+def flush(store: Any) -> None:
+    """Write every pending write of ``store`` to its partitions' stores, a rocksdict write batch
+    per partition (see the module)."""
+    by_partition: dict[int, dict[bytes, bytes]] | None = store.__dict__.get(_PENDING)
+    if not by_partition:
+        return
+    for partition, writes in by_partition.items():
+        if writes:
+            batch = WriteBatch(raw_mode=True)
+            for key, value in writes.items():
+                batch.put(key, value)
+            store._db_for_partition(partition).write(batch)
+            writes.clear()

@@ -31,7 +31,7 @@ import with the others (`streamapp.faust_compat.PRIVATE_NAMES`):
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, ItemsView, Iterator, KeysView, ValuesView
 from typing import Any, cast
 
 import faust
@@ -68,6 +68,7 @@ class Table(faust.Table[Any, Any]):
         in_batch = self._batch_table(store)
         if in_batch is None:
             # Faust's: on_key_get, then `key in store` and `store[key]`, each encoding the key.
+            self._store_batches()
             self.on_key_get(key)
             key_bytes = self._key_bytes(store, key)
             value = store._get(key_bytes)
@@ -104,6 +105,7 @@ class Table(faust.Table[Any, Any]):
                 self._add_to_batch(changelog, key, partition, key_bytes, value_bytes)
                 in_batch.set(key, value, key_bytes, value_bytes)
                 return None
+            self._store_batches()
             partition = self.partition_for_key(key)
             if partition is not None:
                 # In a batch: the record joins the batch's, sent as the batch ends.
@@ -114,6 +116,7 @@ class Table(faust.Table[Any, Any]):
                 return None
         # Faust's on_key_set, then the store's write, in that order, with the bytes above: the
         # changelog topic takes bytes as they are ("raw").
+        self._store_batches()
         fut = self.send_changelog(
             self.partition_for_key(key),
             key_bytes,
@@ -129,7 +132,9 @@ class Table(faust.Table[Any, Any]):
 
     def on_key_del(self, key: Any) -> None:
         # ``del table[key]``, ``pop`` and ``clear``: in a batch, the deletion's record goes in
-        # the batch's changelog, after the writes before it, as Faust's on_key_del would.
+        # the batch's changelog, after the writes before it, as Faust's on_key_del would. The
+        # store's deletion follows: the batches' writes are stored before it.
+        self._store_batches()
         store, changelog, partition = self._batch_target(key)
         if store is None or changelog is None or partition is None:
             return super().on_key_del(key)
@@ -142,6 +147,52 @@ class Table(faust.Table[Any, Any]):
             # batch's keys go there first, as Faust's per-call path would have put them.
             in_batch.index_keys()
         return None
+
+    # Faust's reads of the whole table, and its writes of many keys, go to the store itself:
+    # the batches' writes are stored first (`batch_table`).
+
+    def __contains__(self, key: object) -> bool:
+        self._store_batches()
+        return super().__contains__(key)
+
+    def __iter__(self) -> Iterator[Any]:
+        self._store_batches()
+        return super().__iter__()
+
+    def __len__(self) -> int:
+        self._store_batches()
+        return super().__len__()
+
+    def keys(self) -> KeysView[Any]:
+        self._store_batches()
+        return super().keys()
+
+    def values(self) -> ValuesView[Any]:
+        self._store_batches()
+        return super().values()
+
+    def items(self) -> ItemsView[Any, Any]:
+        self._store_batches()
+        return super().items()
+
+    def copy(self) -> dict[Any, Any]:
+        self._store_batches()
+        return super().copy()
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        self._store_batches()
+        super().update(*args, **kwargs)
+
+    def clear(self) -> None:
+        self._store_batches()
+        super().clear()
+
+    def _store_batches(self) -> None:
+        """Write the batches' pending writes of this table's store to it (`batch_table`), before
+        a read or write that goes to the store without them."""
+        store = self._same_bytes_store
+        if store is not None and self._in_batches:
+            batch_table.flush(store)
 
     def _batch_target(
         self, key: Any

@@ -10,6 +10,7 @@ broker). "Faust's calls" is the same table with `batch_table`'s path turned off:
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import weakref
 from collections.abc import Iterator
 from pathlib import Path
@@ -220,7 +221,7 @@ async def test_a_handle_closed_during_the_batch_is_opened_again(
     written."""
     app, counts, _ = _app(tmp_path)
     changelog = batch_changelog.begin(app, SOURCE)
-    counts["a"] = 1
+    counts["a"] += 1  # a read: the partition's handle is open
     store = counts.data
     store._dbs.pop(2).close()
     counts["a"] += 1
@@ -325,3 +326,137 @@ async def test_only_a_write_checks_the_co_partitioning(tmp_path: Path, in_batch:
     counts._verify_source_topic_partitions.assert_called_once_with(SOURCE.topic)
     batch_changelog.forget()
     assert changelog is not None and changelog.records == []
+
+
+def _stored(store: Any, partition: int, key: bytes) -> bytes | None:
+    """What the partition's rocksdict store itself holds for ``key``."""
+    value: bytes | None = store._db_for_partition(partition).get(key)
+    return value
+
+
+async def test_a_batchs_writes_are_stored_together_as_it_ends(
+    tmp_path: Path, in_batch: None
+) -> None:
+    """The writes wait in the batch, read back from there, and reach the store in one rocksdict
+    write batch at the batch's end, before its changelog records are sent."""
+    app, counts, aio = _app(tmp_path)
+    changelog = batch_changelog.begin(app, SOURCE)
+    counts["a"] += 1
+    counts["a"] += 1
+    counts["b"] = 7
+    assert counts["a"] == 2 and counts["b"] == 7  # read back from the batch
+    store = counts.data
+    assert _stored(store, 2, b'"a"') is None and _stored(store, 2, b'"b"') is None
+    writes = []
+    real_flush = batch_table.flush
+
+    def flush(flushed: Any) -> None:
+        writes.append((dict(batch_table.pending(flushed, 2)), len(aio.sent)))
+        real_flush(flushed)
+
+    with mock.patch.object(batch_table, "flush", flush):
+        await batch_changelog.end(changelog)
+    assert writes == [({b'"a"': b"2", b'"b"': b"7"}, 0)]  # one write, before any record is sent
+    assert _rows(store, 2) == [(b'"a"', b"2"), (b'"b"', b"7")]
+    assert len(aio.sent) == 3 and batch_table.pending(store, 2) == {}
+
+
+async def test_an_unfinished_batchs_writes_are_not_stored(tmp_path: Path, in_batch: None) -> None:
+    """A batch its agent leaves sends no changelog record: its writes stay out of the store
+    too, which keeps claiming only what the changelog holds."""
+    app, counts, aio = _app(tmp_path)
+    changelog = batch_changelog.begin(app, SOURCE)
+    counts["a"] = 1
+    await batch_changelog.end(changelog)
+    batch_changelog.begin(app, SOURCE)
+    counts["a"] += 5
+    counts["b"] = 1
+    batch_changelog.forget()
+    assert _rows(counts.data, 2) == [(b'"a"', b"1")]
+    assert counts["a"] == 1 and counts["b"] == 0
+    assert len(aio.sent) == 1
+
+
+async def test_reads_of_the_whole_table_see_the_batchs_writes(
+    tmp_path: Path, in_batch: None
+) -> None:
+    """Membership, iteration, length and Faust's own reads go to the store: the batch's writes
+    are stored before them."""
+    app, counts, _ = _app(tmp_path)
+    reads: list[tuple[str, Any]] = [
+        ("in", lambda: "a" in counts),
+        ("keys", lambda: list(counts.keys())),
+        ("items", lambda: list(counts.items())),
+        ("values", lambda: list(counts.values())),
+        ("len", lambda: len(counts)),
+        ("copy", lambda: counts.copy()),
+    ]
+    seen = {}
+    actives = {TP(CHANGELOG, SOURCE.partition)}  # Faust's iteration: active partitions only
+    with mock.patch.object(app.assignor, "assigned_actives", return_value=actives):
+        for name, read in reads:
+            await _one_read(app, counts, name, read, seen)
+    assert seen == {
+        "in": True,
+        "keys": ["a"],
+        "items": [("a", 1)],
+        "values": [1],
+        "len": 1,
+        "copy": {"a": 1},
+    }
+
+
+async def _one_read(app: Any, counts: Any, name: str, read: Any, seen: dict[str, Any]) -> None:
+    changelog = batch_changelog.begin(app, SOURCE)
+    counts["a"] += 1
+    seen[name] = read()
+    await batch_changelog.end(changelog)
+    counts.data._db_for_partition(2).delete(b'"a"')  # the next read starts afresh
+
+
+def _in_another_task(coro: Any) -> asyncio.Task[Any]:
+    """``coro`` in a task of its own context, as a web view's or a timer's: no batch, no event."""
+    return asyncio.get_running_loop().create_task(coro, context=contextvars.Context())
+
+
+async def test_another_tasks_read_sees_the_batchs_writes(tmp_path: Path, in_batch: None) -> None:
+    """A read made while the agent awaits inside a batch (a web view, a timer: no current event,
+    Faust's path) finds what the batch wrote so far; so does another batch of the partition."""
+    app, counts, _ = _app(tmp_path)
+    changelog = batch_changelog.begin(app, SOURCE)
+    counts["a"] = 3
+
+    async def elsewhere() -> tuple[int, int]:
+        outside = counts["a"]
+        _current_event.set(weakref.ref(event := _event_of(SOURCE.partition)))
+        other = batch_changelog.begin(app, SOURCE)
+        counts["a"] += 1  # another batch of the same partition
+        await batch_changelog.end(other)
+        del event
+        return outside, counts["a"]
+
+    assert await _in_another_task(elsewhere()) == (3, 4)
+    assert counts["a"] == 4
+    await batch_changelog.end(changelog)
+    assert _rows(counts.data, 2) == [(b'"a"', b"4")]
+
+
+async def test_a_write_outside_the_batch_path_comes_after_the_batchs(
+    tmp_path: Path, in_batch: None
+) -> None:
+    """Faust's own write of a key the batch wrote (another agent's, one record at a time, while
+    the batch's agent awaits) stores the batch's writes first: the later write is kept."""
+    app, counts, _ = _app(tmp_path)
+    app.producer.send_soon = mock.Mock()
+    changelog = batch_changelog.begin(app, SOURCE)
+    counts["a"] = 1
+
+    async def elsewhere() -> None:
+        # Another agent of the partition, one record at a time.
+        _current_event.set(weakref.ref(event := _event_of(SOURCE.partition)))
+        counts["a"] = 9
+        del event
+
+    await _in_another_task(elsewhere())
+    await batch_changelog.end(changelog)
+    assert _rows(counts.data, 2) == [(b'"a"', b"9")]
