@@ -68,6 +68,7 @@ def main() -> None:
             assert changelog is not None
             for _ in range(n):
                 sums[next(keys)] += 1
+            changelog.end_tables(finished=True)  # the batch's writes stored, as at its end
             changelog.records.clear()  # not sent: the producer is in neither number
             batch_changelog.forget()
 
