@@ -2,7 +2,7 @@
 
     .venv/bin/python -m bench.throughput [--records 30000] [--keys 5000] [--partitions 6]
         [--guarantee at_least_once --guarantee exactly_once] [--loglevel warning]
-        [--profile DIR] [--py-spy DIR PY_SPY] [--each-win]
+        [--profile DIR] [--py-spy DIR PY_SPY] [--each-win] [--rounds 1]
 
 One run, one local broker. The app (``bench/apps/throughput_app.py``) keeps a per-key
 running sum in a changelog table and sends an output record for every tenth input. For each
@@ -26,8 +26,11 @@ per record; ``--py-spy DIR PY_SPY`` samples each Faust engine's worker process w
 (all threads, while they hold the GIL; not a project dependency) and prints where its CPU
 went by block of the run (``bench/lib/gil_blocks.py``). ``--each-win`` adds streamapp runs
 without its free wins (Faust's worker log levels, table encoding and producer defaults), all
-of them and then each one, to show what each is worth. Never part of the tests; ratios
-measured within one run are what count.
+of them and then each one, to show what each is worth. ``--rounds N`` runs every engine N
+times, in turn (round by round, on one broker), prints each round's table and then the
+medians, with each ratio taken within its round (median and spread): on a shared 2-core
+machine one round's ratio moves by about a tenth from run to run. Never part of the tests;
+ratios measured within one run are what count.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ import os
 import pstats
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -255,10 +259,17 @@ def engine_command(
 
 
 def run_engine(
-    engine: str, guarantee: str, args: argparse.Namespace, bootstrap: str, root: Path
+    engine: str,
+    guarantee: str,
+    args: argparse.Namespace,
+    bootstrap: str,
+    root: Path,
+    round_no: int = 1,
 ) -> Result:
     slug = engine.replace(" ", "-").replace("--", "-")
     app_id = f"bench-tp-{slug}-{guarantee.replace('_', '-')}"
+    if round_no > 1:  # each round's run its own topics, group and stores
+        app_id += f"-r{round_no}"
     run_dir = root / app_id
     (run_dir / "data").mkdir(parents=True)
     result_path = run_dir / "result.json"
@@ -407,6 +418,50 @@ def table(results: list[Result], args: argparse.Namespace) -> str:
     return "\n".join(lines)
 
 
+def rounds_summary(rounds: list[list[Result]], args: argparse.Namespace) -> str:
+    """Over several rounds: each engine's median records/s and CPU per record, and its ratios to
+    the plain loop and to its own at_least_once taken within each round (median, min to max)."""
+    lines = [
+        f"over {len(rounds)} rounds (each engine once per round, in turn): medians, and each "
+        "ratio taken within a round (median, min-max)",
+        f"{'guarantee':<14} {'engine':<13} {'records/s':>10} {'CPU µs/rec':>11} "
+        f"{'vs plain loop':>24} {'EOS / ALO':>22}",
+    ]
+
+    def spread(values: list[float], digits: int) -> str:
+        if not values:
+            return "-"
+        return (
+            f"{statistics.median(values):.{digits}f}x "
+            f"({min(values):.{digits}f}-{max(values):.{digits}f})"
+        )
+
+    by_round = [{(r.guarantee, r.engine): r for r in results} for results in rounds]
+    for guarantee in args.guarantee:
+        for engine in args.engine:
+            runs = [by[(guarantee, engine)] for by in by_round if (guarantee, engine) in by]
+            if not runs:
+                continue
+            vs_plain = [
+                by[(guarantee, engine)].per_s / by[(guarantee, "plain loop")].per_s
+                for by in by_round
+                if (guarantee, engine) in by and (guarantee, "plain loop") in by
+            ]
+            eos_alo = [
+                by[("exactly_once", engine)].per_s / by[("at_least_once", engine)].per_s
+                for by in by_round
+                if ("exactly_once", engine) in by and ("at_least_once", engine) in by
+            ]
+            lines.append(
+                f"{guarantee:<14} {engine:<13} "
+                f"{statistics.median(r.per_s for r in runs):>10,.0f} "
+                f"{statistics.median(r.cpu_us_per_record for r in runs):>11.0f} "
+                f"{spread(vs_plain, 3):>24} "
+                f"{spread(eos_alo, 2) if guarantee == 'exactly_once' else '':>22}"
+            )
+    return "\n".join(lines)
+
+
 def profile_summary(path: Path, records: int, top: int) -> str:
     """Where the profiled thread's time went, per record, and the call counts that matter."""
     stats = pstats.Stats(str(path))
@@ -472,6 +527,13 @@ def main() -> int:
         help="also run streamapp without its free wins, all and each (see above)",
     )
     parser.add_argument("--top", type=int, default=25, help="functions shown per profile")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="run every engine this many times, in turn, and also print the medians and the "
+        "spread of each ratio taken within a round (default: %(default)s)",
+    )
     # The plain loop's own process.
     parser.add_argument("--plain-loop", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--app-id", help=argparse.SUPPRESS)
@@ -491,19 +553,31 @@ def main() -> int:
         Path(args.profile).mkdir(parents=True, exist_ok=True)
     if args.py_spy:
         Path(args.py_spy[0]).mkdir(parents=True, exist_ok=True)
-    results: list[Result] = []
+    if args.rounds < 1:
+        parser.error(f"--rounds must be at least 1, not {args.rounds}")
+    rounds: list[list[Result]] = []
     with tempfile.TemporaryDirectory(prefix="bench-throughput-") as tmp:
         root = Path(tmp)
         broker = LocalKafka(port=free_port(), data_dir=root / "kafka")
         try:  # started inside: a stop while it starts still stops it
             broker.start()
-            for guarantee in args.guarantee:
-                for engine in args.engine:
-                    results.append(run_engine(engine, guarantee, args, broker.bootstrap, root))
+            for round_no in range(1, args.rounds + 1):
+                results: list[Result] = []
+                for guarantee in args.guarantee:
+                    for engine in args.engine:
+                        results.append(
+                            run_engine(engine, guarantee, args, broker.bootstrap, root, round_no)
+                        )
+                rounds.append(results)
+                if args.rounds > 1:
+                    say(f"round {round_no} of {args.rounds}:\n{table(results, args)}")
         finally:
             broker.stop()
             shutil.rmtree(root, ignore_errors=True)
-    print(table(results, args))
+    for results in rounds:
+        print(table(results, args))
+    if args.rounds > 1:
+        print(rounds_summary(rounds, args))
     if args.profile:
         for path in sorted(Path(args.profile).glob("*.prof")):
             print(profile_summary(path, args.records, args.top))
