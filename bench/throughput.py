@@ -425,7 +425,7 @@ def rounds_summary(rounds: list[list[Result]], args: argparse.Namespace) -> str:
         f"over {len(rounds)} rounds (each engine once per round, in turn): medians, and each "
         "ratio taken within a round (median, min-max)",
         f"{'guarantee':<14} {'engine':<13} {'records/s':>10} {'CPU µs/rec':>11} "
-        f"{'vs plain loop':>24} {'EOS / ALO':>22}",
+        f"{'vs stock faust':>24} {'vs plain loop':>24} {'EOS / ALO':>22}",
     ]
 
     def spread(values: list[float], digits: int) -> str:
@@ -442,11 +442,14 @@ def rounds_summary(rounds: list[list[Result]], args: argparse.Namespace) -> str:
             runs = [by[(guarantee, engine)] for by in by_round if (guarantee, engine) in by]
             if not runs:
                 continue
-            vs_plain = [
-                by[(guarantee, engine)].per_s / by[(guarantee, "plain loop")].per_s
-                for by in by_round
-                if (guarantee, engine) in by and (guarantee, "plain loop") in by
-            ]
+            vs_stock, vs_plain = (
+                [
+                    by[(guarantee, engine)].per_s / by[(guarantee, peer)].per_s
+                    for by in by_round
+                    if (guarantee, engine) in by and (guarantee, peer) in by
+                ]
+                for peer in ("stock faust", "plain loop")
+            )
             eos_alo = [
                 by[("exactly_once", engine)].per_s / by[("at_least_once", engine)].per_s
                 for by in by_round
@@ -456,7 +459,7 @@ def rounds_summary(rounds: list[list[Result]], args: argparse.Namespace) -> str:
                 f"{guarantee:<14} {engine:<13} "
                 f"{statistics.median(r.per_s for r in runs):>10,.0f} "
                 f"{statistics.median(r.cpu_us_per_record for r in runs):>11.0f} "
-                f"{spread(vs_plain, 3):>24} "
+                f"{spread(vs_stock, 2):>24} {spread(vs_plain, 3):>24} "
                 f"{spread(eos_alo, 2) if guarantee == 'exactly_once' else '':>22}"
             )
     return "\n".join(lines)
