@@ -47,7 +47,7 @@ async def per_record(producer: AIOKafkaProducer, records: Records) -> asyncio.Fu
 
 
 async def appended(producer: AIOKafkaProducer, records: Records) -> asyncio.Future[Any]:
-    (fut,) = (await accumulator_append.send(producer, records)).values()
+    ((fut, _),) = (await accumulator_append.send(producer, records)).values()
     return fut
 
 

@@ -19,8 +19,14 @@ muted while its batch is in flight), and a batch sent again is put back at the h
 queue; so the batch holding a partition's last record is delivered with or after those holding
 the others. A failed batch fails its own futures only (``MessageBatch.failure``; all of them
 only through ``fail_all``, the sender's fatal error); a later batch of the partition is sent
-and may succeed. So the last record's future says whether the last record was delivered, not
-the others: what it said before this module, when the others' futures were dropped unread.
+and may succeed. So the last record's future alone says whether the last record was
+delivered, not the others. So `send` also gives, for each (table, partition), the futures its
+other records' delivery is known by: those of the batches they were appended to, and those
+``send`` gave the ones that took it, all done once the last record's is. When it is done,
+`delivered` reads them and gives the first error, which `batch_changelog` logs as Faust logs
+a failed changelog send (the records appended without a future would otherwise fail without
+a word), and no future of a record that took ``send`` is left with an unread error (asyncio's
+"Future exception was never retrieved").
 
 Whatever is unusual takes aiokafka's own ``send`` for that record (the errors, the wait for a
 full batch to drain, ``maybe_add_partition_to_txn`` for a new batch, the checks, stay its):
@@ -57,6 +63,10 @@ from aiokafka.structs import TopicPartition
 #: (table, changelog topic, partition, key, value or None for a deletion)
 Record = tuple[Any, str, int, bytes, bytes | None]
 
+#: A (table, partition)'s last record's future, and the futures of the batches its other
+#: records were appended to and of those that took ``send`` (`delivered` reads them).
+Delivery = tuple[asyncio.Future[Any], list[asyncio.Future[Any]]]
+
 #: More than a record's size estimate (``estimate_size_in_bytes``, which ``send`` compares
 #: with ``max_request_size``) adds to its key and value: the batch header (61), a record's
 #: overhead (21), the lengths' varints (at most 5 each) and the headers' count (1), 93 in all.
@@ -69,19 +79,25 @@ _NO_HEADERS: list[tuple[str, bytes]] = []
 
 async def send(
     producer: aiokafka.AIOKafkaProducer, records: Sequence[Record]
-) -> dict[tuple[Any, int], asyncio.Future[Any]]:
-    """Each record to the producer's batches; the future of each (table, partition)'s last
-    record, resolved when its batch is delivered (see the module)."""
+) -> dict[tuple[Any, int], Delivery]:
+    """Each record to the producer's batches; for each (table, partition), the future of its
+    last record, resolved when its batch is delivered, and the futures its other records'
+    delivery is known by, to check with `delivered` then (see the module)."""
     # The index of each (table, partition)'s last record: it is the one given a future.
     ends = set({(record[0], record[2]): i for i, record in enumerate(records)}.values())
     last: dict[tuple[Any, int], asyncio.Future[Any]] = {}
+    #: (table, partition) -> what its other records' delivery is known by: the futures of the
+    #: batches they were appended to, and those ``send`` gave them.
+    others: dict[tuple[Any, int], list[asyncio.Future[Any]]] = {}
     if type(producer).send is not aiokafka.AIOKafkaProducer.send:
         # A send of its own (a subclass's override, a stand-in): it is called for every record.
         for i, (table, topic, partition, key, value) in enumerate(records):
             fut = await producer.send(topic, value, key=key, partition=partition)
             if i in ends:
                 last[table, partition] = fut
-        return last
+            else:
+                others.setdefault((table, partition), []).append(fut)
+        return _with_the_others(last, others)
     direct = _direct(producer)
     max_size = producer._max_request_size - _HEADROOM
     #: (topic, partition) -> the batch its records go to, or None: ``send``. Valid until the
@@ -93,6 +109,8 @@ async def send(
                 batch = batches[topic, partition]
             except KeyError:
                 batch = batches[topic, partition] = _open_batch(producer, topic, partition)
+                if batch is not None:  # its records may go in: watched
+                    others.setdefault((table, partition), []).append(batch.future)
             if batch is not None and len(key) + (0 if value is None else len(value)) <= max_size:
                 if i not in ends:
                     # No future: the builder's append. None: the batch is full (now closed).
@@ -106,9 +124,36 @@ async def send(
         fut = await producer.send(topic, value, key=key, partition=partition)
         if i in ends:
             last[table, partition] = fut
+        else:
+            others.setdefault((table, partition), []).append(fut)
         direct = _direct(producer)
         batches.clear()
-    return last
+    return _with_the_others(last, others)
+
+
+def _with_the_others(
+    last: dict[tuple[Any, int], asyncio.Future[Any]],
+    others: dict[tuple[Any, int], list[asyncio.Future[Any]]],
+) -> dict[tuple[Any, int], Delivery]:
+    """Each (table, partition)'s last record's future, with the futures its other records'
+    delivery is known by (`delivered`)."""
+    return {
+        where: (fut, [other for other in others.get(where, ()) if other is not fut])
+        for where, fut in last.items()
+    }
+
+
+def delivered(earlier: Sequence[asyncio.Future[Any]]) -> BaseException | None:
+    """Once the last record's future is done: the first error of the futures its other records'
+    delivery is known by (done by then: delivered before it), or None when all succeeded.
+    Every one is read, so that none is left with an unread error."""
+    error: BaseException | None = None
+    for other in earlier:
+        if not other.done() or other.cancelled():  # its delivery is not known
+            error = error or RuntimeError("an earlier changelog batch was not delivered")
+        else:
+            error = error or other.exception()
+    return error
 
 
 def _direct(producer: aiokafka.AIOKafkaProducer) -> bool:

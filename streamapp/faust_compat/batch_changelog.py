@@ -33,8 +33,11 @@ What stays as it was:
 - Records of one changelog partition reach the producer in the order the writes were made,
   and its batches are delivered in that order: the last record's future resolves when the
   batch holding it is delivered, after those holding the partition's earlier records. It
-  says nothing of theirs (a failed batch fails its own records only), as before, when the
-  others' futures were made and not read.
+  says nothing of theirs (a failed batch fails its own records only), so the batches they
+  went in are checked then too (`accumulator_append.delivered`): a failed one is logged, as
+  Faust logs each failed changelog send (the records appended without a future of their own
+  would otherwise fail without a word). As with Faust, the changelog then lacks those
+  records and nothing sends them again.
 
 Not kept: Faust's producer sensors (``on_send_initiated`` / ``on_send_completed``) and the
 app's ``on_produce_message`` signal are not called for these records. A batch its agent does
@@ -120,15 +123,16 @@ class BatchChangelog:
                 raise ProducerSendError(f"No transaction producer found for : {tid}")
             async with faust_producer._trn_locks[tid]:
                 last = await _send(producer, records)
-        for (table, _), fut in last.items():
-            fut.add_done_callback(_PersistOffset(table))
+        for (table, _), (fut, earlier) in last.items():
+            fut.add_done_callback(_PersistOffset(table, earlier))
 
 
 async def _send(
     producer: aiokafka.AIOKafkaProducer, records: list[tuple[Any, str, int, bytes, bytes | None]]
-) -> dict[tuple[Any, int], asyncio.Future[Any]]:
+) -> dict[tuple[Any, int], accumulator_append.Delivery]:
     """Each record to the producer's batches; the future of each table's and changelog
-    partition's last record (the partition's records are delivered in order)."""
+    partition's last record (the partition's records are delivered in order), with those its
+    other records' delivery is known by."""
     try:
         return await accumulator_append.send(producer, records)
     except KafkaError as exc:
@@ -139,23 +143,33 @@ class _PersistOffset:
     """At a changelog partition's last delivered record of a batch: what Faust's
     ``Table._on_changelog_sent`` does for each record."""
 
-    def __init__(self, table: Any) -> None:
+    def __init__(self, table: Any, earlier: list[asyncio.Future[Any]]) -> None:
         self.table = table
+        self.earlier = earlier  # the futures the partition's other records' delivery is known by
 
     def __call__(self, fut: asyncio.Future[Any]) -> None:
+        # Faust's publish logs each failed changelog send and goes on; so does this, for the
+        # batch's earlier records (their batches: most have no future of their own) and its last.
+        if self.earlier:
+            self._warn(accumulator_append.delivered(self.earlier))
         if fut.cancelled():
             return
         exc = fut.exception()
         if exc is not None:
-            # Faust's publish logs a failed changelog send and goes on; so does this. The
-            # offset is not written: the store keeps claiming the earlier one.
+            # The offset is not written: the store keeps claiming the earlier one.
+            self._warn(exc)
+            return
+        # The last record's offset, as Faust's callback of the last delivered record writes it:
+        # the store holds every write of the batch, sent or lost.
+        self.table._on_changelog_sent(fut)
+
+    def _warn(self, exc: BaseException | None) -> None:
+        if exc is not None:
             logger.warning(
                 "streamapp: changelog records of table %r were not delivered: %r",
                 self.table.name,
                 exc,
             )
-            return
-        self.table._on_changelog_sent(fut)
 
 
 def begin(app: AppT, source: TP) -> BatchChangelog | None:

@@ -492,3 +492,54 @@ async def test_a_threaded_producer_keeps_fausts_path(tmp_path: Path, in_batch: N
     assert batch_changelog.begin(app, SOURCE) is None
     counts["a"] = 1
     assert len(buffered) == 1
+
+
+@pytest.mark.parametrize("failed", ["appended", "sent"])
+async def test_an_earlier_batch_that_failed_is_logged(
+    tmp_path: Path, in_batch: None, kafka: _Kafka, caplog: pytest.LogCaptureFixture, failed: str
+) -> None:
+    """A partition's records spread over two aiokafka batches; the first fails, the one holding
+    the last record is delivered. A warning names the table (most of the lost records had no
+    future to fail), the error of a record that took ``send`` is read (asyncio logs none as
+    never retrieved), and the offset is the last record's, as Faust's callbacks leave it."""
+    app, counts, _ = _app(tmp_path)
+    aio = app.producer._producer = kafka.producer(max_batch_size=300)
+    sender = kafka.sender(aio)
+    if failed == "appended":
+        await aio.send(CHANGELOG, b"out", key=b"k", partition=2)  # an open batch: appended to
+    changelog = batch_changelog.begin(app, SOURCE)
+    for i in range(30):
+        counts[f"k{i}"] = i
+    with mock.patch.object(aio, "send", wraps=aio.send) as send:
+        await batch_changelog.end(changelog)
+    # ``send`` for the record that found the first batch full, and with no open batch before,
+    # for the first record too.
+    assert send.call_count == (1 if failed == "appended" else 2)
+    first, second = sender.take()
+    ((first_future, _),) = first._msg_futures  # the output record's, or the first record's
+    store = counts.data
+    first.failure(KafkaConnectionError("lost"))
+    second.done(200)
+    await asyncio.sleep(0)
+    assert "changelog records of table 'counts' were not delivered" in caplog.text
+    assert "KafkaConnectionError('lost')" in caplog.text
+    assert store.persisted_offset(TP(CHANGELOG, 2)) == 200 + second.record_count - 1
+    if failed == "sent":  # the first record's future, from send, is the batch's: read
+        assert first_future.done() and not first_future._log_traceback
+
+
+async def test_when_every_batch_is_delivered_the_offset_is_the_last_records(
+    tmp_path: Path, in_batch: None, kafka: _Kafka
+) -> None:
+    app, counts, _ = _app(tmp_path)
+    aio = app.producer._producer = kafka.producer(max_batch_size=300)
+    sender = kafka.sender(aio)
+    changelog = batch_changelog.begin(app, SOURCE)
+    for i in range(30):
+        counts[f"k{i}"] = i
+    await batch_changelog.end(changelog)
+    first, second = sender.take()
+    first.done(100)
+    second.done(100 + first.record_count)
+    await asyncio.sleep(0)
+    assert counts.data.persisted_offset(TP(CHANGELOG, 2)) == 100 + 29
