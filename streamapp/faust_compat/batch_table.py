@@ -244,13 +244,15 @@ def flush(store: Any) -> None:
     if not by_partition:
         return
     for partition, writes in by_partition.items():
+        if not writes:
+            continue
+        db = store._db_for_partition(partition)
         if len(writes) == 1:  # a put costs less than a write batch of one
             ((key, value),) = writes.items()
-            store._db_for_partition(partition).put(key, value)
-            writes.clear()
-        elif writes:
+            db.put(key, value)
+        else:
             batch = WriteBatch(raw_mode=True)
             for key, value in writes.items():
                 batch.put(key, value)
-            store._db_for_partition(partition).write(batch)
-            writes.clear()
+            db.write(batch)
+        writes.clear()
