@@ -137,10 +137,7 @@ def _with_the_others(
 ) -> dict[tuple[Any, int], Delivery]:
     """Each (table, partition)'s last record's future, with the futures its other records'
     delivery is known by (`delivered`)."""
-    return {
-        where: (fut, [other for other in others.get(where, ()) if other is not fut])
-        for where, fut in last.items()
-    }
+    return {where: (fut, others.get(where, [])) for where, fut in last.items()}
 
 
 def delivered(earlier: Sequence[asyncio.Future[Any]]) -> BaseException | None:
