@@ -15,6 +15,14 @@ batch, without a coroutine, a future and a ``RecordMetadata`` each, and whatever
 (no open batch, a full one, a transaction not begun, ...) takes aiokafka's ``send``
 (`streamapp.faust_compat.accumulator_append`).
 
+A key written more than once in a batch sends one record, its last write: a table's changelog
+is read for each key's last value (it is compacted, and a recovery or a standby applies it in
+order), and each of these writes is the key's whole value (Faust's set tables, whose records
+are operations, take Faust's path). Kafka Streams' record cache and Quix Streams' transactions
+do the same. A running count of a few keys (the ad-click demo's counters and campaign totals)
+then sends a few records per batch instead of one per input record, and its standbys apply as
+few.
+
 What stays as it was:
 
 - Under exactly_once the records go to the transactional producer Faust commits the batch's
@@ -30,14 +38,14 @@ What stays as it was:
 - The changelog partition is the one Faust's table picks (``partition_for_key``: the batch's
   partition); a table that partitions by key (``use_partitioner``) keeps Faust's path, and so
   does every table of an app whose producer is threaded (``producer_threaded``).
-- Records of one changelog partition reach the producer in the order the writes were made,
-  and its batches are delivered in that order: the last record's future resolves when the
-  batch holding it is delivered, after those holding the partition's earlier records. It
-  says nothing of theirs (a failed batch fails its own records only), so the batches they
-  went in are checked then too (`accumulator_append.delivered`): a failed one is logged, as
-  Faust logs each failed changelog send (the records appended without a future of their own
-  would otherwise fail without a word). As with Faust, the changelog then lacks those
-  records and nothing sends them again.
+- Records of one changelog partition reach the producer in the order their keys were first
+  written in the batch, and its batches are delivered in that order: the last record's future
+  resolves when the batch holding it is delivered, after those holding the partition's
+  earlier records. It says nothing of theirs (a failed batch fails its own records only), so
+  the batches they went in are checked then too (`accumulator_append.delivered`): a failed
+  one is logged, as Faust logs each failed changelog send (the records appended without a
+  future of their own would otherwise fail without a word). As with Faust, the changelog
+  then lacks those records and nothing sends them again.
 
 Not kept: Faust's producer sensors (``on_send_initiated`` / ``on_send_completed``) and the
 app's ``on_produce_message`` signal are not called for these records. A batch its agent does
@@ -76,14 +84,15 @@ _current: ContextVar[BatchChangelog | None] = ContextVar("streamapp_batch_change
 
 
 class BatchChangelog:
-    """The changelog records of one batch's table writes, in write order (see the module)."""
+    """The changelog records of one batch's table writes: each key's last (see the module)."""
 
     def __init__(self, app: AppT, producer: FaustProducer, transactional_id: str | None) -> None:
         self.app = app
         self.faust_producer = producer
         self.transactional_id = transactional_id  # the batch's transaction, under exactly_once
-        #: (table, changelog topic, partition, key, value or None for a deletion)
-        self.records: list[tuple[Any, str, int, bytes, bytes | None]] = []
+        #: (changelog topic, partition, key) -> (table, topic, partition, key, value or None for
+        #: a deletion): each key's last write in the batch, in the order keys were first written.
+        self.records: dict[tuple[str, int, bytes], tuple[Any, str, int, bytes, bytes | None]] = {}
         #: id(table) -> that table's reads and writes in this batch (`batch_table`; None: the
         #: table takes Faust's store calls in this batch). Ended with the batch.
         self.tables: dict[int, BatchTable | None] = {}
@@ -100,13 +109,18 @@ class BatchChangelog:
                 table.index_keys()
 
     def add(self, table: Any, topic: str, partition: int, key: bytes, value: bytes | None) -> None:
-        self.records.append((table, topic, partition, key, value))
+        # A key written again in the batch replaces its record: a changelog is read for each
+        # key's last value (it is compacted, and recovery applies it in order up to the
+        # persisted offset), and every write here is a key's whole value, so the batch's last
+        # one is all the changelog needs, as with Kafka Streams' record cache and Quix Streams'
+        # transactions (docs/batches.md).
+        self.records[(topic, partition, key)] = (table, topic, partition, key, value)
 
     async def send(self) -> None:
         """Hand every record to the producer; the persisted offsets follow their delivery."""
-        records, self.records = self.records, []
-        if not records:
+        if not self.records:
             return
+        records, self.records = list(self.records.values()), {}
         faust_producer = self.faust_producer
         tid = self.transactional_id
         if tid is None:

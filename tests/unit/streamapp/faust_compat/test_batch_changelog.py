@@ -144,7 +144,7 @@ def _futures(sender: _Sender) -> int:
     return sum(len(batch._msg_futures) for batch in sender.take())
 
 
-async def test_a_batch_sends_its_changelog_records_in_order_at_its_end(
+async def test_a_batch_sends_each_keys_last_changelog_record_at_its_end(
     tmp_path: Path, in_batch: None, kafka: _Kafka
 ) -> None:
     app, counts, buffered = _app(tmp_path)
@@ -166,10 +166,10 @@ async def test_a_batch_sends_its_changelog_records_in_order_at_its_end(
             CHANGELOG,
             2,
             [
-                (0, b'"a"', b"1"),
-                (1, b'"a"', b"2"),
-                (2, b'"b"', b"5"),
-                (3, b'"b"', None),  # the deletion, after the write it deletes
+                # Each key's last write only, in the order the keys were first written: the
+                # deletion replaces the write it deletes.
+                (0, b'"a"', b"2"),
+                (1, b'"b"', None),
             ],
         )
     ]
@@ -182,7 +182,39 @@ async def test_a_batch_sends_its_changelog_records_in_order_at_its_end(
         batch.done(10)
         await asyncio.sleep(0)
     assert spy.call_count == 1
-    assert store.persisted_offset(changelog_tp) == 13  # the last record's: 10 + 3
+    assert store.persisted_offset(changelog_tp) == 11  # the last record's: 10 + 1
+
+
+async def test_a_key_written_again_sends_only_its_last_write_which_rebuilds_the_table(
+    tmp_path: Path, in_batch: None, kafka: _Kafka
+) -> None:
+    """Each key's last write in the batch is its record, deletions and writes after them alike;
+    applied in order, as a recovery or a standby applies the changelog, they leave the rows the
+    batch left in the store."""
+    app, counts, _ = _app(tmp_path)
+    aio = app.producer._producer = kafka.producer()
+    sender = kafka.sender(aio)
+    changelog = batch_changelog.begin(app, SOURCE)
+    assert changelog is not None
+    for _ in range(5):
+        counts["a"] += 1
+    counts["gone"] = 1
+    del counts["gone"]
+    counts["back"] = 1
+    del counts["back"]
+    counts["back"] = 9
+    await batch_changelog.end(changelog)
+    [(topic, partition, records)] = sender.records()
+    assert (topic, partition) == (CHANGELOG, 2)
+    sent = [(key, value) for _, key, value in records]
+    assert sent == [(b'"a"', b"5"), (b'"gone"', None), (b'"back"', b"9")]
+    replayed: dict[bytes, bytes] = {}
+    for key, value in sent:
+        if key is not None and value is None:
+            replayed.pop(key, None)
+        elif key is not None and value is not None:
+            replayed[key] = value
+    assert sorted(replayed.items()) == sorted(counts.data._db_for_partition(2).items())
 
 
 async def test_records_go_to_the_batches_per_record_sends_fill(
