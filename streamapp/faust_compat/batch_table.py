@@ -26,7 +26,8 @@ same for every record of it. `BatchTable` holds one table's part of one batch:
   may close a handle meanwhile (`store_revoke`), so a handle is never kept across calls;
 - **the key index**, updated once per batch: the keys the batch read (and found) or wrote are
   noted in order, and go into the index in one ``LRUCache.update`` when the batch ends (sent or
-  left unfinished) and before a deletion in the batch. While the index has room for the
+  left unfinished) and before a deletion in the batch that takes Faust's path (``clear``).
+  While the index has room for the
   batch's new keys it ends with the entries Faust's per-call assignments leave, in the same
   order: an assignment to a key the index holds does not move it, and neither does
   ``update``; new keys go last. A full index (``table_key_index_size``, 10,000 keys by default)
@@ -35,7 +36,8 @@ same for every record of it. `BatchTable` holds one table's part of one batch:
   the oldest keys once, after all of the batch's. Either way it holds at most that many keys,
   the batch's among the newest. Who reads the index: the
   store's ``_del`` (it deletes a key in the indexed partition, or in every partition when the
-  key is not indexed), hence the update before a deletion; and reads made without a current
+  key is not indexed), hence the update before a deletion on Faust's path (a deletion on this
+  path deletes in the batch's partition: see below); and reads made without a current
   event (``_get``, ``_contains``: a web view, a timer), which take the index as a hint of
   where to look first and otherwise look in each partition. Such a read made by another task
   while the agent awaits inside a batch can find this batch's new keys not indexed yet, as it
@@ -51,10 +53,20 @@ same for every record of it. `BatchTable` holds one table's part of one batch:
   no changelog record either, and is processed again after the restart. Every other read
   or write of the table that goes to the store itself stores the pending writes first
   (`encode_once.Table`: a read or write outside a batch, in another task or by another
-  agent; ``in``, iteration, ``len``, ``keys``, ``items``, ``values``, ``copy``, ``update``,
-  ``clear``, a deletion), so each sees every write made so far, as with Faust's per-call
-  writes. Not covered: code that reads the store object itself (``table.data``) while a
-  batch is under way. The store's persisted offset is not in the write batch: it is the
+  agent; ``in`` outside a batch, iteration, ``len``, ``keys``, ``items``, ``values``,
+  ``copy``, ``update``, ``clear``, a deletion outside a batch), so each sees every write made
+  so far, as with Faust's per-call writes. Not covered: code that reads the store object
+  itself (``table.data``) while a batch is under way.
+- **the deletions**, with the writes: ``del table[key]`` and ``pop`` in a batch wait in the
+  pending writes too (the key's value there is None), reads and ``in`` in the batch find the
+  key gone, and the batch's end deletes it in the same write batch. Before, each deletion (and
+  the ``in`` a caller checks first) stored the pending writes and took Faust's store calls,
+  splitting the batch's write; and an unfinished batch's deletions were in the store, though
+  their changelog records were never sent. The key is deleted in the batch's partition, the
+  one its changelog record goes to and a recovery applies it in; Faust's ``_del`` deletes it
+  in every partition when the key index does not hold it (a key only another partition's
+  store holds stays there, as it does after a recovery).
+- **the offset**: the store's persisted offset is not in the write batch: it is the
   changelog offset of the batch's last record, known only at its delivery, and written then
   (`batch_changelog`); a crash in between leaves a store whose data is ahead of its offset,
   and the changelog replay from the offset writes the same values again.
@@ -185,13 +197,29 @@ class BatchTable:
         else:
             for state in states:
                 state.keys_retrieved += 1
-        value = self.pending.get(key_bytes)  # written in this batch, not in the store yet
-        if value is None:
+        pending = self.pending
+        if key_bytes in pending:  # written (or deleted) in a batch, not in the store yet
+            value = pending[key_bytes]
+        else:
             db = self.dbs.get(self.partition)  # _db_for_partition's lookup, without the call
             value = (self._db() if db is None else db).get(key_bytes)
         if value is not None:
             self._indexed[key_bytes] = None
         return value
+
+    def contains(self, key_bytes: bytes) -> bool:
+        """The store's ``_contains`` with the batch's event: whether ``key_bytes`` has a value in
+        the batch's partition, its pending writes first."""
+        pending = self.pending
+        if key_bytes in pending:
+            return pending[key_bytes] is not None
+        db = self.dbs.get(self.partition)
+        return (self._db() if db is None else db).get(key_bytes) is not None
+
+    def delete(self, key_bytes: bytes) -> None:
+        """The store's deletion of ``key_bytes``, in the batch's partition: it waits with the
+        partition's pending writes (the store's ``_del``, before, with the key index)."""
+        self.pending[key_bytes] = None
 
     def set(self, key: Any, value: Any, key_bytes: bytes, value_bytes: bytes | None) -> None:
         """What Faust's ``on_key_set`` does after the changelog record (the sensors; the key's
@@ -226,9 +254,10 @@ class BatchTable:
 _PENDING = "_streamapp_pending_writes"
 
 
-def pending(store: Any, partition: int) -> dict[bytes, bytes]:
-    """The writes of ``store``'s ``partition`` made in batches and not in the store yet."""
-    by_partition: dict[int, dict[bytes, bytes]] | None = store.__dict__.get(_PENDING)
+def pending(store: Any, partition: int) -> dict[bytes, bytes | None]:
+    """The writes of ``store``'s ``partition`` made in batches and not in the store yet (None:
+    a deletion)."""
+    by_partition: dict[int, dict[bytes, bytes | None]] | None = store.__dict__.get(_PENDING)
     if by_partition is None:
         by_partition = store.__dict__[_PENDING] = {}
     writes = by_partition.get(partition)
@@ -240,7 +269,7 @@ def pending(store: Any, partition: int) -> dict[bytes, bytes]:
 def flush(store: Any) -> None:
     """Write every pending write of ``store`` to its partitions' stores, a rocksdict write batch
     per partition (see the module)."""
-    by_partition: dict[int, dict[bytes, bytes]] | None = store.__dict__.get(_PENDING)
+    by_partition: dict[int, dict[bytes, bytes | None]] | None = store.__dict__.get(_PENDING)
     if not by_partition:
         return
     for partition, writes in by_partition.items():
@@ -249,10 +278,16 @@ def flush(store: Any) -> None:
         db = store._db_for_partition(partition)
         if len(writes) == 1:  # a put costs less than a write batch of one
             ((key, value),) = writes.items()
-            db.put(key, value)
+            if value is None:
+                db.delete(key)
+            else:
+                db.put(key, value)
         else:
             batch = WriteBatch(raw_mode=True)
             for key, value in writes.items():
-                batch.put(key, value)
+                if value is None:
+                    batch.delete(key)
+                else:
+                    batch.put(key, value)
             db.write(batch)
         writes.clear()

@@ -130,10 +130,33 @@ class Table(faust.Table[Any, Any]):
         self._sensor_on_set(self, key, value)
         store._set(key_bytes, value_bytes)
 
+    def __delitem__(self, key: Any) -> None:
+        # In a batch: Faust's on_key_del (the record joins the batch's, the key's ttl, the
+        # sensors), then the store's deletion, which waits with the batch's writes
+        # (batch_table) instead of storing them first.
+        store = self._serialized_store()
+        changelog = batch_changelog.current()
+        in_batch = None
+        if store is not None and changelog is not None:
+            in_batch = self._batch_table(store, changelog)
+        if store is None or changelog is None or in_batch is None:
+            return super().__delitem__(key)  # Faust's: on_key_del (below), the store's _del
+        partition = in_batch.write_partition
+        if partition is None:
+            partition = in_batch.write_partition = self.partition_for_key(key)
+            assert partition is not None  # the table does not partition by key
+        key_bytes = self._key_bytes(store, key)
+        self._add_to_batch(changelog, key, partition, key_bytes, None)
+        self._maybe_del_key_ttl(key, partition)
+        self._sensor_on_del(self, key)
+        in_batch.delete(key_bytes)
+        return None
+
     def on_key_del(self, key: Any) -> None:
-        # ``del table[key]``, ``pop`` and ``clear``: in a batch, the deletion's record goes in
-        # the batch's changelog, after the writes before it, as Faust's on_key_del would. The
-        # store's deletion follows: the batches' writes are stored before it.
+        # ``clear``, and ``del table[key]`` or ``pop`` on a table batch_table does not take: in
+        # a batch, the deletion's record goes in the batch's changelog, after the writes before
+        # it, as Faust's on_key_del would. The store's deletion follows: the batches' writes
+        # are stored before it.
         self._store_batches()
         store, changelog, partition = self._batch_target(key)
         if store is None or changelog is None or partition is None:
@@ -152,6 +175,11 @@ class Table(faust.Table[Any, Any]):
     # the batches' writes are stored first (`batch_table`).
 
     def __contains__(self, key: object) -> bool:
+        store = self._serialized_store()
+        if store is not None:
+            in_batch = self._batch_table(store)
+            if in_batch is not None:  # the store's _contains, the batch's writes first
+                return in_batch.contains(self._key_bytes(store, key))
         self._store_batches()
         return super().__contains__(key)
 

@@ -167,8 +167,8 @@ async def test_the_persisted_offset_follows_the_last_delivery(
 async def test_a_deletion_finds_the_key_the_batch_wrote_in_the_index(
     tmp_path: Path, in_batch: None
 ) -> None:
-    """Faust's ``_del`` deletes where the key index says, and everywhere for a key it does not
-    hold: the batch's keys reach the index before a deletion in the batch."""
+    """A deletion in a batch deletes the key in the batch's partition, the one its changelog
+    record goes to (and a recovery applies it in): another partition's key stays."""
     app, counts, _ = _app(tmp_path)
     other = counts.data._db_for_partition(1)
     other.put(b'"a"', b"40")
@@ -361,6 +361,58 @@ async def test_a_batchs_writes_are_stored_together_as_it_ends(
     assert writes == [({b'"a"': b"2", b'"b"': b"7"}, 0)]  # one write, before any record is sent
     assert _rows(store, 2) == [(b'"a"', b"2"), (b'"b"', b"7")]
     assert len(aio.sent) == 2 and batch_table.pending(store, 2) == {}  # each key's last write
+
+
+async def test_a_deletion_waits_with_the_batchs_writes(tmp_path: Path, in_batch: None) -> None:
+    """A deletion in a batch goes to the store with the batch's writes, in the same write at its
+    end; reads in the batch, and another task's, see the key gone meanwhile."""
+    app, counts, aio = _app(tmp_path)
+    changelog = batch_changelog.begin(app, SOURCE)
+    counts["a"], counts["b"] = 1, 2
+    await batch_changelog.end(changelog)
+    store = counts.data
+    changelog = batch_changelog.begin(app, SOURCE)
+    del counts["a"]
+    counts["c"] = 3
+    del counts["c"]
+    counts["c"] = 4
+    assert "a" not in counts and counts["a"] == 0 and "c" in counts and counts["c"] == 4
+    assert _rows(store, 2) == [(b'"a"', b"1"), (b'"b"', b"2")]  # nothing stored yet
+    writes = []
+    real_flush = batch_table.flush
+
+    def flush(flushed: Any) -> None:
+        writes.append(dict(batch_table.pending(flushed, 2)))
+        real_flush(flushed)
+
+    with mock.patch.object(batch_table, "flush", flush):
+        await batch_changelog.end(changelog)
+    assert writes == [{b'"a"': None, b'"c"': b"4"}]  # one write
+    assert _rows(store, 2) == [(b'"b"', b"2"), (b'"c"', b"4")]
+    assert [(key, value) for _, key, value, _ in aio.sent[2:]] == [(b'"a"', None), (b'"c"', b"4")]
+    assert app.monitor.tables["counts"].keys_deleted == 2
+
+    changelog = batch_changelog.begin(app, SOURCE)
+    del counts["b"]
+
+    async def elsewhere() -> bool:
+        return "b" in counts  # no batch, no event: Faust's path, the deletion stored first
+
+    assert await _in_another_task(elsewhere()) is False
+    assert _rows(store, 2) == [(b'"c"', b"4")]
+    await batch_changelog.end(changelog)
+
+
+async def test_an_unfinished_batchs_deletion_is_not_stored(tmp_path: Path, in_batch: None) -> None:
+    app, counts, aio = _app(tmp_path)
+    changelog = batch_changelog.begin(app, SOURCE)
+    counts["a"] = 1
+    await batch_changelog.end(changelog)
+    batch_changelog.begin(app, SOURCE)
+    del counts["a"]
+    batch_changelog.forget()
+    assert _rows(counts.data, 2) == [(b'"a"', b"1")] and counts["a"] == 1
+    assert len(aio.sent) == 1
 
 
 async def test_an_unfinished_batchs_writes_are_not_stored(tmp_path: Path, in_batch: None) -> None:
