@@ -197,12 +197,7 @@ class BatchTable:
         else:
             for state in states:
                 state.keys_retrieved += 1
-        pending = self.pending
-        if key_bytes in pending:  # written (or deleted) in a batch, not in the store yet
-            value = pending[key_bytes]
-        else:
-            db = self.dbs.get(self.partition)  # _db_for_partition's lookup, without the call
-            value = (self._db() if db is None else db).get(key_bytes)
+        value = self._read(key_bytes)
         if value is not None:
             self._indexed[key_bytes] = None
         return value
@@ -210,11 +205,17 @@ class BatchTable:
     def contains(self, key_bytes: bytes) -> bool:
         """The store's ``_contains`` with the batch's event: whether ``key_bytes`` has a value in
         the batch's partition, its pending writes first."""
+        return self._read(key_bytes) is not None
+
+    def _read(self, key_bytes: bytes) -> bytes | None:
+        """``key_bytes``'s value in the batch's partition: its pending write or deletion (made
+        in a batch, not in the store yet), else the store's."""
         pending = self.pending
         if key_bytes in pending:
-            return pending[key_bytes] is not None
-        db = self.dbs.get(self.partition)
-        return (self._db() if db is None else db).get(key_bytes) is not None
+            return pending[key_bytes]
+        db = self.dbs.get(self.partition)  # _db_for_partition's lookup, without the call
+        value: bytes | None = (self._db() if db is None else db).get(key_bytes)
+        return value
 
     def delete(self, key_bytes: bytes) -> None:
         """The store's deletion of ``key_bytes``, in the batch's partition: it waits with the

@@ -98,11 +98,13 @@ class Table(faust.Table[Any, Any]):
             if in_batch is not None:
                 # Faust's on_key_set and the store's write, with what they look up per call
                 # looked up once per batch (batch_table); the record joins the batch's.
-                partition = in_batch.write_partition
-                if partition is None:
-                    partition = in_batch.write_partition = self.partition_for_key(key)
-                    assert partition is not None  # the table does not partition by key
-                self._add_to_batch(changelog, key, partition, key_bytes, value_bytes)
+                self._add_to_batch(
+                    changelog,
+                    key,
+                    self._batch_write_partition(in_batch, key),
+                    key_bytes,
+                    value_bytes,
+                )
                 in_batch.set(key, value, key_bytes, value_bytes)
                 return None
             self._store_batches()
@@ -141,14 +143,9 @@ class Table(faust.Table[Any, Any]):
             in_batch = self._batch_table(store, changelog)
         if store is None or changelog is None or in_batch is None:
             return super().__delitem__(key)  # Faust's: on_key_del (below), the store's _del
-        partition = in_batch.write_partition
-        if partition is None:
-            partition = in_batch.write_partition = self.partition_for_key(key)
-            assert partition is not None  # the table does not partition by key
+        partition = self._batch_write_partition(in_batch, key)
         key_bytes = self._key_bytes(store, key)
-        self._add_to_batch(changelog, key, partition, key_bytes, None)
-        self._maybe_del_key_ttl(key, partition)
-        self._sensor_on_del(self, key)
+        self._deletion_in_batch(changelog, key, partition, key_bytes)
         in_batch.delete(key_bytes)
         return None
 
@@ -161,9 +158,7 @@ class Table(faust.Table[Any, Any]):
         store, changelog, partition = self._batch_target(key)
         if store is None or changelog is None or partition is None:
             return super().on_key_del(key)
-        self._add_to_batch(changelog, key, partition, self._key_bytes(store, key), None)
-        self._maybe_del_key_ttl(key, partition)
-        self._sensor_on_del(self, key)
+        self._deletion_in_batch(changelog, key, partition, self._key_bytes(store, key))
         in_batch = changelog.tables.get(id(self))
         if in_batch is not None:
             # The store's deletion, next, finds the key's partition in its key index: the
@@ -258,6 +253,27 @@ class Table(faust.Table[Any, Any]):
             found = tables[key] = batch_table.for_batch(self, store)
         self._last_batch_table = (changelog, found)
         return found
+
+    def _batch_write_partition(self, in_batch: batch_table.BatchTable, key: Any) -> int:
+        """The changelog partition of the batch's writes: the table's ``partition_for_key``
+        (its co-partitioning check included), asked once per batch."""
+        partition = in_batch.write_partition
+        if partition is None:
+            partition = in_batch.write_partition = self.partition_for_key(key)
+            assert partition is not None  # the table does not partition by key
+        return partition
+
+    def _deletion_in_batch(
+        self,
+        changelog: batch_changelog.BatchChangelog,
+        key: Any,
+        partition: int,
+        key_bytes: bytes,
+    ) -> None:
+        """What Faust's ``on_key_del`` does, the deletion's record joining the batch's."""
+        self._add_to_batch(changelog, key, partition, key_bytes, None)
+        self._maybe_del_key_ttl(key, partition)
+        self._sensor_on_del(self, key)
 
     def _add_to_batch(
         self,
