@@ -21,8 +21,9 @@ partition, or the partition given back). Here:
   it opens anything, so the next open of a revoked store finds it unlocked; an open that comes
   another way while the close is under way waits for it;
 - no collection runs, unless an open finds the lock still held by this very process (a cycle
-  kept a handle alive): then the collector runs, once, and the open is tried again. Faust's
-  guarantee, paid only when it is needed.
+  kept a handle alive): then the collector runs, once, over the whole heap (the objects the
+  worker froze at startup too, `streamapp.startup_heap.collect_all`), and the open is tried
+  again. Faust's guarantee, paid only when it is needed.
 
 Faust private names this module uses, checked at import with the others
 (`streamapp.faust_compat.PRIVATE_NAMES`): ``faust.stores.rocksdb.Store._dbs`` (the open
@@ -33,7 +34,6 @@ store goes through).
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
 from collections.abc import Callable, Set
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -43,6 +43,7 @@ from faust.stores.rocksdb import Store as RocksDBStore
 from faust.types import TP
 from faust.types.tables import CollectionT
 
+from streamapp import startup_heap
 from streamapp.faust_compat import store_offsets
 from streamapp.faust_compat.once import once
 
@@ -133,7 +134,7 @@ def _open_for_partition(self: Any, partition: int) -> Any:
             self.table.name,
             partition,
         )
-        gc.collect()
+        startup_heap.collect_all()
         db = _original_open_for_partition(self, partition)
     # Every open comes here: the join metadata reads this handle's offset from what is noted.
     store_offsets.opened(self, partition, db)

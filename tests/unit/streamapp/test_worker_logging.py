@@ -7,6 +7,7 @@ builds. No timing is measured.
 
 from __future__ import annotations
 
+import gc
 import io
 import logging
 from collections.abc import Callable, Iterator
@@ -106,15 +107,26 @@ def test_info_level_is_left_as_faust_sets_it(
     assert "an info line users see" in capsys.readouterr().err
 
 
+@pytest.fixture
+def unfrozen() -> Iterator[None]:
+    """The heap the started worker froze (`streamapp.startup_heap`) given back after the test."""
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+
+
 async def test_on_a_terminal_debug_records_stop_once_started(
-    records_built: list[logging.LogRecord],
+    records_built: list[logging.LogRecord], unfrozen: None
 ) -> None:
     # The spinner draws on a terminal while the worker starts: Faust's DEBUG root stays
     # until then, so it spins as before, and goes once the worker has started.
     worker = _set_up(Worker, "warning", _Terminal())
     assert logging.root.level == logging.DEBUG
+    assert gc.get_freeze_count() == 0
     await worker.on_startup_finished()
     assert logging.root.level == logging.WARNING
+    assert gc.get_freeze_count() > 0  # the startup heap is left out of later collections
     debug_built, warnings = _debug_then_warning(records_built)
     assert debug_built == 0
     assert warnings == ["a warning users see"]
