@@ -172,7 +172,7 @@ class WindowedAggregate(Generic[V, A]):
                 await done
             return
         out = self.output
-        await _io.send_raw(
+        await _io.send_output(
             self.app,
             source,
             out.get_topic_name(),

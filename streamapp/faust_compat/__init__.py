@@ -14,9 +14,10 @@ member (`static_membership`); Faust's table writes, encoded once
 (`incremental`); its fetch loop's hand-out of each record, without a task per record
 (`eager_hand_out`); its stream's acks and current event for an agent over batches
 (`batch_stream`), a batch topic's records handed out in one call (`batch_hand_out`) and a
-fetched partition's at a time (`partition_hand_out`), a batch's changelog records, sent
-together (`batch_changelog`) and put in aiokafka's open batches without a future each
-(`accumulator_append`), and a batch's table reads and writes, with the partition, key
+fetched partition's at a time (`partition_hand_out`), a batch's changelog records and
+join output, sent together (`batch_changelog`) and put in aiokafka's open batches without a
+future each (`accumulator_append`; `offline_delivery` delivers them without a broker, for a
+benchmark), and a batch's table reads and writes, with the partition, key
 index and sensors looked up once per batch (`batch_table`); its
 exactly_once sends, in the transaction of the record they are made for (`sends`), and what
 its topics send, encoded with codecs looked up once (`send_codecs`) and handed to the
@@ -180,11 +181,13 @@ PRIVATE_NAMES: dict[str, tuple[str, ...]] = {
     ),
     "aiokafka.producer.producer:AIOKafkaProducer": (
         "_sender",  # producer_metadata (transport fix 22): its sender's refreshes, spaced
-        "_message_accumulator",  # accumulator_append: a batch's changelog records, no futures
+        "_message_accumulator",  # accumulator_append: a batch's records, no futures; and
+        # offline_delivery: its batches taken and delivered without a broker (a benchmark)
         "_txn_manager",  # accumulator_append: what send checks, checked as send does
         "_key_serializer",
         "_value_serializer",
         "_max_request_size",
+        "_partition",  # accumulator_append: an output record's partition, as send picks it
     ),
     "aiokafka.producer.message_accumulator:MessageAccumulator": (
         "_batches",  # accumulator_append: a partition's open batch, as add_message finds it

@@ -1,17 +1,21 @@
-"""A batch's changelog records put in aiokafka's open batches, without a future each.
+"""A batch's changelog and output records put in aiokafka's open batches, without a future each.
 
-`streamapp.faust_compat.batch_changelog` hands a batch's changelog records to aiokafka's
-producer as the batch ends, and uses only the future of each (table, changelog partition)'s
-last record (its done callback writes the persisted offset). aiokafka's ``send`` costs every
-record a coroutine (``send``, ``_wait_on_metadata``, ``add_message``), the partition checked
-in the metadata, a ``TopicPartition``, a future, and at delivery a ``RecordMetadata`` and the
-future set. Here each record of a partition but its last is appended to the builder of the
-partition's open ``MessageBatch`` (the batch ``add_message`` would append it to: the last of
-the partition's queue), which copies its bytes and nothing more; the last record is appended
-by that batch's own ``append``, which gives it aiokafka's future. The bytes in the batches, and
-their order, are those per-record ``send`` calls leave: neither yields to the event loop while
-the record goes in (aiokafka's sender cannot take the batch in between), and both append to
-the same batch, with the time of the append as the record's timestamp.
+`streamapp.faust_compat.batch_changelog` hands a batch's changelog records and the output
+records its joins and aggregates sent to aiokafka's producer as the batch ends, and uses only
+the future of each (table or output topic, partition)'s last record (for a changelog, its done
+callback writes the persisted offset). An output record with no partition gets the one
+``send`` would give it, from the producer's own partitioner (``_partition``).
+
+aiokafka's ``send`` costs every record a coroutine (``send``, ``_wait_on_metadata``,
+``add_message``), the partition checked in the metadata, a ``TopicPartition``, a future, and at
+delivery a ``RecordMetadata`` and the future set. Here each record of a partition but its last
+is appended to the builder of the partition's open ``MessageBatch`` (the batch ``add_message``
+would append it to: the last of the partition's queue), which copies its bytes and nothing
+more; the last record is appended by that batch's own ``append``, which gives it aiokafka's
+future. The bytes in the batches, and their order, are those per-record ``send`` calls leave:
+neither yields to the event loop while the record goes in (aiokafka's sender cannot take the
+batch in between), and both append to the same batch, with the time of the append as the
+record's timestamp.
 
 Delivery, in aiokafka 0.14 (``message_accumulator.py``, ``sender.py``): a partition's batches
 leave its queue in order (``drain_by_nodes`` pops the oldest), one at a time (the partition is
@@ -42,6 +46,7 @@ it.
 aiokafka private names this relies on (checked at import, `streamapp.faust_compat.PRIVATE_NAMES`;
 named in this module only): ``AIOKafkaProducer._message_accumulator``, ``_txn_manager``,
 ``_key_serializer``, ``_value_serializer`` and ``_max_request_size`` (what ``send`` reads),
+``_partition`` (the partition ``send`` picks for a record that names none),
 ``MessageAccumulator._batches``, ``_closed`` and ``_exception`` (the open batches and what
 ``add_message`` checks), ``MessageBatch._builder`` (the builder its ``append`` appends to).
 aiokafka has no public call that appends to a partition's open batch without a future (its
@@ -60,8 +65,14 @@ from typing import Any
 import aiokafka
 from aiokafka.structs import TopicPartition
 
-#: (table, changelog topic, partition, key, value or None for a deletion)
-Record = tuple[Any, str, int, bytes, bytes | None]
+#: (owner, topic, partition, key, value): a table's changelog record (the table, its changelog
+#: topic and partition, the key, the value or None for a deletion), or an output record (its
+#: owner `batch_changelog.Output`; a partition of None is the producer's partitioner's to pick,
+#: as ``send`` would; the key may be None too).
+Record = tuple[Any, str, int | None, bytes | None, bytes | None]
+
+#: A `Record` with its partition.
+_Placed = tuple[Any, str, int, bytes | None, bytes | None]
 
 #: A (table, partition)'s last record's future, and the futures of the batches its other
 #: records were appended to and of those that took ``send`` (`delivered` reads them).
@@ -80,18 +91,19 @@ _NO_HEADERS: list[tuple[str, bytes]] = []
 async def send(
     producer: aiokafka.AIOKafkaProducer, records: Sequence[Record]
 ) -> dict[tuple[Any, int], Delivery]:
-    """Each record to the producer's batches; for each (table, partition), the future of its
+    """Each record to the producer's batches; for each (owner, partition), the future of its
     last record, resolved when its batch is delivered, and the futures its other records'
     delivery is known by, to check with `delivered` then (see the module)."""
+    placed = await _partitioned(producer, records)
     # The index of each (table, partition)'s last record: it is the one given a future.
-    ends = set({(record[0], record[2]): i for i, record in enumerate(records)}.values())
+    ends = set({(record[0], record[2]): i for i, record in enumerate(placed)}.values())
     last: dict[tuple[Any, int], asyncio.Future[Any]] = {}
     #: (table, partition) -> what its other records' delivery is known by: the futures of the
     #: batches they were appended to, and those ``send`` gave them.
     others: dict[tuple[Any, int], list[asyncio.Future[Any]]] = {}
     if type(producer).send is not aiokafka.AIOKafkaProducer.send:
         # A send of its own (a subclass's override, a stand-in): it is called for every record.
-        for i, (table, topic, partition, key, value) in enumerate(records):
+        for i, (table, topic, partition, key, value) in enumerate(placed):
             fut = await producer.send(topic, value, key=key, partition=partition)
             if i in ends:
                 last[table, partition] = fut
@@ -103,7 +115,7 @@ async def send(
     #: (topic, partition) -> the batch its records go to, or None: ``send``. Valid until the
     #: event loop runs (only a ``send`` below lets it): aiokafka's sender drains batches.
     batches: dict[tuple[str, int], Any] = {}
-    for i, (table, topic, partition, key, value) in enumerate(records):
+    for i, (table, topic, partition, key, value) in enumerate(placed):
         if direct:
             try:
                 batch = batches[topic, partition]
@@ -111,7 +123,8 @@ async def send(
                 batch = batches[topic, partition] = _open_batch(producer, topic, partition)
                 if batch is not None:  # its records may go in: watched
                     others.setdefault((table, partition), []).append(batch.future)
-            if batch is not None and len(key) + (0 if value is None else len(value)) <= max_size:
+            size = (0 if key is None else len(key)) + (0 if value is None else len(value))
+            if batch is not None and size <= max_size:
                 if i not in ends:
                     # No future: the builder's append. None: the batch is full (now closed).
                     if batch._builder.append(timestamp=None, key=key, value=value) is not None:
@@ -129,6 +142,22 @@ async def send(
         direct = _direct(producer)
         batches.clear()
     return _with_the_others(last, others)
+
+
+async def _partitioned(
+    producer: aiokafka.AIOKafkaProducer, records: Sequence[Record]
+) -> list[_Placed]:
+    """The records, each with the partition ``send`` would give it where none was given: the
+    producer's partitioner's choice (``_partition``, what ``send`` asks), once the topic's
+    partitions are known (``partitions_for`` waits for them, and raises as ``send`` would)."""
+    out: list[_Placed] = []
+    for owner, topic, partition, key, value in records:
+        if partition is None:
+            if producer.client.cluster.partitions_for_topic(topic) is None:
+                await producer.partitions_for(topic)
+            partition = producer._partition(topic, None, key, value, key, value)
+        out.append((owner, topic, partition, key, value))
+    return out
 
 
 def _with_the_others(

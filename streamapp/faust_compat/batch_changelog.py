@@ -23,6 +23,17 @@ do the same. A running count of a few keys (the ad-click demo's counters and cam
 then sends a few records per batch instead of one per input record, and its standbys apply as
 few.
 
+The output records a join or an aggregate of `streamapp.joins` / `streamapp.aggregates` sends
+for a record of the batch (`streamapp.joins._io.send_output`) wait here too, in the order sent,
+and go to the producer with the changelog records as the batch ends, or before, when the join
+is about to forget expired state under at-least-once (`send_outputs`, then the producer's
+flush). Each goes to the partition the producer's partitioner picks, as ``send`` would, and
+only each output partition's last record of the batch gets a future; when it resolves, a failed
+delivery of any of the partition's records is logged (a WARNING naming the topic). Sent at
+once, each cost a Faust ``send``, an aiokafka ``send`` and a future: 11.7 against 6.3 µs of
+CPU per record, send to delivery (`bench/batch_outputs.py`). An unfinished batch sends none of
+them: it is processed again.
+
 What stays as it was:
 
 - Under exactly_once the records go to the transactional producer Faust commits the batch's
@@ -65,6 +76,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Any
 
 import aiokafka
@@ -83,13 +95,32 @@ logger = logging.getLogger(__name__)
 _current: ContextVar[BatchChangelog | None] = ContextVar("streamapp_batch_changelog", default=None)
 
 
-class BatchChangelog:
-    """The changelog records of one batch's table writes: each key's last (see the module)."""
+@dataclass(frozen=True)
+class Output:
+    """The owner of a batch's output records to one topic (`accumulator_append.Record`)."""
 
-    def __init__(self, app: AppT, producer: FaustProducer, transactional_id: str | None) -> None:
+    topic: str
+
+
+class BatchChangelog:
+    """The changelog records of one batch's table writes (each key's last), and the output
+    records its joins and aggregates sent (see the module)."""
+
+    def __init__(
+        self,
+        app: AppT,
+        producer: FaustProducer,
+        transactional_id: str | None,
+        source: TP | None = None,
+    ) -> None:
         self.app = app
         self.faust_producer = producer
         self.transactional_id = transactional_id  # the batch's transaction, under exactly_once
+        self.source = source  # the partition the batch's records come from
+        #: Output records sent for the batch's records, in the order they were sent.
+        self.outputs: list[tuple[Any, str, int | None, bytes | None, bytes | None]] = []
+        #: topic -> its `Output` (one per topic, so that its records group by topic).
+        self._owners: dict[str, Output] = {}
         #: (changelog topic, partition, key) -> (table, topic, partition, key, value or None for
         #: a deletion): each key's last write in the batch, in the order keys were first written.
         self.records: dict[tuple[str, int, bytes], tuple[Any, str, int, bytes, bytes | None]] = {}
@@ -116,11 +147,33 @@ class BatchChangelog:
         # transactions (docs/batches.md).
         self.records[(topic, partition, key)] = (table, topic, partition, key, value)
 
+    def add_output(
+        self, topic: str, partition: int | None, key: bytes | None, value: bytes | None
+    ) -> None:
+        """An output record sent for one of the batch's records: it goes out with the batch's
+        changelog records (or before, `send_outputs`)."""
+        owner = self._owners.get(topic)
+        if owner is None:
+            owner = self._owners[topic] = Output(topic)
+        self.outputs.append((owner, topic, partition, key, value))
+
+    async def send_outputs(self) -> None:
+        """Hand the output records sent so far to the producer (before state they stand for is
+        forgotten: `streamapp.joins`)."""
+        await self._send(self.outputs)
+        self.outputs = []
+
     async def send(self) -> None:
         """Hand every record to the producer; the persisted offsets follow their delivery."""
-        if not self.records:
+        records = [*self.records.values(), *self.outputs]
+        self.records, self.outputs = {}, []
+        await self._send(records)
+
+    async def _send(
+        self, records: list[tuple[Any, str, int | None, bytes | None, bytes | None]]
+    ) -> None:
+        if not records:
             return
-        records, self.records = list(self.records.values()), {}
         faust_producer = self.faust_producer
         tid = self.transactional_id
         if tid is None:
@@ -137,12 +190,16 @@ class BatchChangelog:
                 raise ProducerSendError(f"No transaction producer found for : {tid}")
             async with faust_producer._trn_locks[tid]:
                 last = await _send(producer, records)
-        for (table, _), (fut, earlier) in last.items():
-            fut.add_done_callback(_PersistOffset(table, earlier))
+        for (owner, _), (fut, earlier) in last.items():
+            if isinstance(owner, Output):
+                fut.add_done_callback(_OutputDelivered(owner.topic, earlier))
+            else:
+                fut.add_done_callback(_PersistOffset(owner, earlier))
 
 
 async def _send(
-    producer: aiokafka.AIOKafkaProducer, records: list[tuple[Any, str, int, bytes, bytes | None]]
+    producer: aiokafka.AIOKafkaProducer,
+    records: list[tuple[Any, str, int | None, bytes | None, bytes | None]],
 ) -> dict[tuple[Any, int], accumulator_append.Delivery]:
     """Each record to the producer's batches; the future of each table's and changelog
     partition's last record (the partition's records are delivered in order), with those its
@@ -186,6 +243,24 @@ class _PersistOffset:
             )
 
 
+class _OutputDelivered:
+    """At an output topic's partition's last delivered record of a batch: a failed delivery of
+    any of its records logged (most have no future of their own)."""
+
+    def __init__(self, topic: str, earlier: list[asyncio.Future[Any]]) -> None:
+        self.topic = topic
+        self.earlier = earlier
+
+    def __call__(self, fut: asyncio.Future[Any]) -> None:
+        error = accumulator_append.delivered(self.earlier) if self.earlier else None
+        if error is None and not fut.cancelled():
+            error = fut.exception()
+        if error is not None:
+            logger.warning(
+                "streamapp: output records to topic %r were not delivered: %r", self.topic, error
+            )
+
+
 def begin(app: AppT, source: TP) -> BatchChangelog | None:
     """Collect the changelog records of a batch of ``source`` from here on (None: this app's
     producer is not Faust's aiokafka one or is threaded, or no transaction commits ``source``;
@@ -195,11 +270,11 @@ def begin(app: AppT, source: TP) -> BatchChangelog | None:
     # A threaded producer (``producer_threaded``) sends from its own loop: Faust's path.
     if isinstance(faust_producer, FaustProducer) and not app.conf.producer_threaded:
         if not app.in_transaction:
-            changelog = BatchChangelog(app, faust_producer, None)
+            changelog = BatchChangelog(app, faust_producer, None, source)
         else:
             tid = source_transactional_id(app, source)
             if tid is not None:
-                changelog = BatchChangelog(app, faust_producer, tid)
+                changelog = BatchChangelog(app, faust_producer, tid, source)
     _current.set(changelog)
     return changelog
 

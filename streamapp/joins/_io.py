@@ -14,7 +14,7 @@ from typing import Any
 
 from faust.types import TP, AppT, TopicT
 
-from streamapp.faust_compat import sends
+from streamapp.faust_compat import batch_changelog, sends
 
 Headers = Sequence[tuple[str, bytes]]
 
@@ -81,6 +81,29 @@ async def send_raw(
     )
 
 
+async def send_output(
+    app: AppT, source: Any, topic: str, key: bytes | None, value: bytes | None
+) -> None:
+    """Send an output record on behalf of the source record ``source``, without waiting for
+    its delivery.
+
+    In a batch (``batch_records``), the record waits with the batch's changelog records and
+    goes out with them as the batch ends, before its ack, in its transaction under
+    exactly_once, without a future of its own (`streamapp.faust_compat.batch_changelog`);
+    or earlier, when state is about to be forgotten (`flush_before_forgetting`). Otherwise
+    it is sent at once (`send_raw`).
+    """
+    changelog = batch_changelog.current()
+    if (
+        changelog is not None
+        and (key is not None or value is not None)
+        and changelog.source == TP(source.topic, source.partition)
+    ):
+        changelog.add_output(topic, None, key, value)
+        return
+    await send_raw(app, source, topic, key, value)
+
+
 async def dead_letter_late(
     app: AppT, message: Any, topic: str, owner: tuple[str, str], time_ms: int
 ) -> None:
@@ -106,6 +129,9 @@ async def flush_before_forgetting(app: AppT) -> None:
     `streamapp.joins.core`). Under exactly_once the transaction does that already.
     """
     if not app.in_transaction:
+        changelog = batch_changelog.current()
+        if changelog is not None:  # a batch's output records, held until its end: sent now
+            await changelog.send_outputs()
         await app.producer.flush()
 
 

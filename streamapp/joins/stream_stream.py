@@ -346,14 +346,13 @@ class WindowedJoin(Generic[L, R]):
         `JoinRecord.message`). Under exactly_once the record joins that record's transaction,
         which commits with its offset, whatever partition of ``topic`` it goes to.
         """
-        await _io.send_raw(
-            self.app,
-            message,
-            topic.get_topic_name(),
-            _io.dumps_key(self.app, topic, key),
-            _io.dumps_value(self.app, topic, value),
-            headers,
-        )
+        name = topic.get_topic_name()
+        raw_key = _io.dumps_key(self.app, topic, key)
+        raw_value = _io.dumps_value(self.app, topic, value)
+        if headers:  # sent at once: a batch holds records without headers only
+            await _io.send_raw(self.app, message, name, raw_key, raw_value, headers)
+        else:
+            await _io.send_output(self.app, message, name, raw_key, raw_value)
 
     async def _emit(self, source: Any, pair: Pair) -> None:
         left = self._decode(Side.LEFT, pair.left)
@@ -377,7 +376,7 @@ class WindowedJoin(Generic[L, R]):
                 await done
             return
         out = self.output
-        await _io.send_raw(
+        await _io.send_output(
             self.app,
             source,
             out.get_topic_name(),

@@ -220,7 +220,7 @@ class StreamTableJoin:
                 await done
             return
         out = self.output
-        await _io.send_raw(
+        await _io.send_output(
             app,
             message,
             out.get_topic_name(),

@@ -31,6 +31,7 @@ from faust.types import TP
 
 from streamapp import App
 from streamapp.faust_compat import accumulator_append, batch_changelog
+from streamapp.joins import JoinWindow, _io, windowed_join
 
 SOURCE = TP("source", 2)
 CHANGELOG = "batch-test-counts-changelog"
@@ -575,3 +576,157 @@ async def test_when_every_batch_is_delivered_the_offset_is_the_last_records(
     second.done(100 + first.record_count)
     await asyncio.sleep(0)
     assert counts.data.persisted_offset(TP(CHANGELOG, 2)) == 100 + 29
+
+
+# -- output records sent for a batch's records (streamapp.joins' send_output) --
+
+OUTPUTS = "outputs"
+
+
+def _source_record() -> Any:
+    """A record of the batch's partition, as a join's output is sent for."""
+    message = mock.Mock()
+    message.topic, message.partition = SOURCE.topic, SOURCE.partition
+    return message
+
+
+async def test_a_batchs_outputs_go_out_at_its_end_where_send_would_put_them(
+    tmp_path: Path, in_batch: None, kafka: _Kafka
+) -> None:
+    """Held until the batch ends, then in the partitions aiokafka's partitioner picks, in the
+    order sent, with aiokafka's future for each partition's last record only."""
+    app, counts, buffered = _app(tmp_path)
+    aio = app.producer._producer = kafka.producer()
+    sender = kafka.sender(aio)
+    sent = [(f"auction-{i}".encode(), f'{{"n": {i}}}'.encode()) for i in range(40)]
+    changelog = batch_changelog.begin(app, SOURCE)
+    assert changelog is not None
+    with mock.patch.object(aio, "send", wraps=aio.send) as send:
+        for key, value in sent:
+            await _io.send_output(app, _source_record(), OUTPUTS, key, value)
+        counts["a"] = 1
+        assert sender.records() == [] and send.call_count == 0  # nothing before the end
+        await batch_changelog.end(changelog)
+    per_partition: dict[int, list[tuple[bytes, bytes]]] = {}
+    for key, value in sent:
+        per_partition.setdefault(aio._partition(OUTPUTS, None, key, value, key, value), []).append(
+            (key, value)
+        )
+    assert len(per_partition) > 1  # the keys spread over the topic's partitions
+    taken = sender.records()
+    outputs = {partition: records for topic, partition, records in taken if topic == OUTPUTS}
+    assert {p: [(k, v) for _, k, v in records] for p, records in outputs.items()} == per_partition
+    assert (CHANGELOG, 2, [(0, b'"a"', b"1")]) in taken
+    # aiokafka's send made each partition's first batch (none was open) and took the one
+    # changelog record; the rest went in without a future, bar each partition's last record.
+    assert send.call_count == len(per_partition) + 1
+    assert _futures(sender) == 2 * len(per_partition) + 1
+    assert buffered == []
+
+
+async def test_a_batchs_undelivered_outputs_are_logged(
+    tmp_path: Path, in_batch: None, kafka: _Kafka, caplog: pytest.LogCaptureFixture
+) -> None:
+    app, _, _ = _app(tmp_path)
+    aio = app.producer._producer = kafka.producer()
+    sender = kafka.sender(aio)
+    await aio.send(OUTPUTS, b"before", key=b"k", partition=1)  # an open batch: appended to
+    key = next(k for k in (f"k{i}".encode() for i in range(100)) if _partition(aio, k) == 1)
+    changelog = batch_changelog.begin(app, SOURCE)
+    for n in range(3):
+        await _io.send_output(app, _source_record(), OUTPUTS, key, str(n).encode())
+    await batch_changelog.end(changelog)
+    (batch,) = sender.take()
+    assert batch.record_count == 4
+    batch.failure(KafkaConnectionError("lost"))
+    await asyncio.sleep(0)
+    assert "output records to topic 'outputs' were not delivered" in caplog.text
+    assert "KafkaConnectionError('lost')" in caplog.text
+
+
+def _partition(producer: AIOKafkaProducer, key: bytes) -> int:
+    return int(producer._partition(OUTPUTS, None, key, None, key, None))
+
+
+async def test_an_unfinished_batchs_outputs_are_not_sent(
+    tmp_path: Path, in_batch: None, kafka: _Kafka
+) -> None:
+    app, _, _ = _app(tmp_path)
+    aio = app.producer._producer = kafka.producer()
+    sender = kafka.sender(aio)
+    batch_changelog.begin(app, SOURCE)
+    await _io.send_output(app, _source_record(), OUTPUTS, b"k", b"v")
+    batch_changelog.forget()  # the agent raised: the batch is processed again after a restart
+    assert sender.records() == []
+
+
+async def test_before_state_is_forgotten_the_outputs_so_far_go_out_and_are_flushed(
+    tmp_path: Path, in_batch: None, kafka: _Kafka
+) -> None:
+    app, counts, _ = _app(tmp_path)
+    aio = app.producer._producer = kafka.producer()
+    sender = kafka.sender(aio)
+    changelog = batch_changelog.begin(app, SOURCE)
+    await _io.send_output(app, _source_record(), OUTPUTS, b"k", b"before")
+    counts["a"] = 1
+    flushed_with: list[Any] = []
+
+    async def flush() -> None:
+        flushed_with.extend(sender.records())
+
+    with mock.patch.object(app.producer, "flush", side_effect=flush):
+        await _io.flush_before_forgetting(app)
+    # The output went to the producer before its flush; the changelog waits for the batch's end.
+    assert [(topic, [v for _, _, v in records]) for topic, _, records in flushed_with] == [
+        (OUTPUTS, [b"before"])
+    ]
+    await _io.send_output(app, _source_record(), OUTPUTS, b"k", b"after")
+    await batch_changelog.end(changelog)
+    values = [(topic, v) for topic, _, records in sender.records() for _, _, v in records]
+    assert sorted(values) == [(CHANGELOG, b"1"), (OUTPUTS, b"after"), (OUTPUTS, b"before")]
+    assert values.index((OUTPUTS, b"before")) < values.index((OUTPUTS, b"after"))
+
+
+@pytest.mark.parametrize("how", ["another partition", "no batch"])
+async def test_outputs_the_batch_cannot_hold_are_sent_at_once(
+    tmp_path: Path, in_batch: None, kafka: _Kafka, how: str
+) -> None:
+    app, _, _ = _app(tmp_path)
+    aio = app.producer._producer = kafka.producer()
+    sender = kafka.sender(aio)
+    if how != "no batch":
+        batch_changelog.begin(app, SOURCE)
+    source = _source_record()
+    if how == "another partition":
+        source.partition = 3
+    await _io.send_output(app, source, OUTPUTS, b"k", b"v")
+    assert [(topic, len(records)) for topic, _, records in sender.records()] == [(OUTPUTS, 1)]
+
+
+async def test_a_joins_send_with_headers_goes_at_once_the_others_with_the_batch(
+    tmp_path: Path, in_batch: None, kafka: _Kafka
+) -> None:
+    app, _, _ = _app(tmp_path)
+    aio = app.producer._producer = kafka.producer()
+    sender = kafka.sender(aio)
+    raw: dict[str, Any] = {"key_type": bytes, "value_type": bytes}
+    join = windowed_join(
+        app,
+        "j",
+        left=app.topic("j-left", **raw),
+        right=app.topic("j-right", **raw),
+        window=JoinWindow(before_ms=0, after_ms=100, grace_ms=0),
+        partitions=4,
+        output=lambda result: None,
+        batch_records=100,
+    )
+    outputs = app.topic(OUTPUTS, **raw)
+    changelog = batch_changelog.begin(app, SOURCE)
+    await join.send(_source_record(), outputs, key=b"k", value=b"held")
+    await join.send(_source_record(), outputs, key=b"k", value=b"now", headers=[("h", b"1")])
+    assert [[v for _, _, v in records] for _, _, records in sender.records()] == [[b"now"]]
+    await batch_changelog.end(changelog)
+    assert [[v for _, _, v in records] for _, _, records in sender.records()] == [
+        [b"now"],
+        [b"held"],
+    ]
