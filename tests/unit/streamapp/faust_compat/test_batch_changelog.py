@@ -583,6 +583,13 @@ async def test_when_every_batch_is_delivered_the_offset_is_the_last_records(
 OUTPUTS = "outputs"
 
 
+def _wired(tmp_path: Path, kafka: _Kafka) -> tuple[Any, Any, AIOKafkaProducer, _Sender]:
+    """An app and its table, its Faust producer on an aiokafka producer, and that one's sender."""
+    app, counts, _ = _app(tmp_path)
+    aio = app.producer._producer = kafka.producer()
+    return app, counts, aio, kafka.sender(aio)
+
+
 def _source_record() -> Any:
     """A record of the batch's partition, as a join's output is sent for."""
     message = mock.Mock()
@@ -627,9 +634,7 @@ async def test_a_batchs_outputs_go_out_at_its_end_where_send_would_put_them(
 async def test_a_batchs_undelivered_outputs_are_logged(
     tmp_path: Path, in_batch: None, kafka: _Kafka, caplog: pytest.LogCaptureFixture
 ) -> None:
-    app, _, _ = _app(tmp_path)
-    aio = app.producer._producer = kafka.producer()
-    sender = kafka.sender(aio)
+    app, _, aio, sender = _wired(tmp_path, kafka)
     await aio.send(OUTPUTS, b"before", key=b"k", partition=1)  # an open batch: appended to
     key = next(k for k in (f"k{i}".encode() for i in range(100)) if _partition(aio, k) == 1)
     changelog = batch_changelog.begin(app, SOURCE)
@@ -651,9 +656,7 @@ def _partition(producer: AIOKafkaProducer, key: bytes) -> int:
 async def test_an_unfinished_batchs_outputs_are_not_sent(
     tmp_path: Path, in_batch: None, kafka: _Kafka
 ) -> None:
-    app, _, _ = _app(tmp_path)
-    aio = app.producer._producer = kafka.producer()
-    sender = kafka.sender(aio)
+    app, _, _, sender = _wired(tmp_path, kafka)
     batch_changelog.begin(app, SOURCE)
     await _io.send_output(app, _source_record(), OUTPUTS, b"k", b"v")
     batch_changelog.forget()  # the agent raised: the batch is processed again after a restart
@@ -663,9 +666,7 @@ async def test_an_unfinished_batchs_outputs_are_not_sent(
 async def test_before_state_is_forgotten_the_outputs_so_far_go_out_and_are_flushed(
     tmp_path: Path, in_batch: None, kafka: _Kafka
 ) -> None:
-    app, counts, _ = _app(tmp_path)
-    aio = app.producer._producer = kafka.producer()
-    sender = kafka.sender(aio)
+    app, counts, _, sender = _wired(tmp_path, kafka)
     changelog = batch_changelog.begin(app, SOURCE)
     await _io.send_output(app, _source_record(), OUTPUTS, b"k", b"before")
     counts["a"] = 1
@@ -691,9 +692,7 @@ async def test_before_state_is_forgotten_the_outputs_so_far_go_out_and_are_flush
 async def test_outputs_the_batch_cannot_hold_are_sent_at_once(
     tmp_path: Path, in_batch: None, kafka: _Kafka, how: str
 ) -> None:
-    app, _, _ = _app(tmp_path)
-    aio = app.producer._producer = kafka.producer()
-    sender = kafka.sender(aio)
+    app, _, _, sender = _wired(tmp_path, kafka)
     if how != "no batch":
         batch_changelog.begin(app, SOURCE)
     source = _source_record()
@@ -706,9 +705,7 @@ async def test_outputs_the_batch_cannot_hold_are_sent_at_once(
 async def test_a_joins_send_with_headers_goes_at_once_the_others_with_the_batch(
     tmp_path: Path, in_batch: None, kafka: _Kafka
 ) -> None:
-    app, _, _ = _app(tmp_path)
-    aio = app.producer._producer = kafka.producer()
-    sender = kafka.sender(aio)
+    app, _, _, sender = _wired(tmp_path, kafka)
     raw: dict[str, Any] = {"key_type": bytes, "value_type": bytes}
     join = windowed_join(
         app,

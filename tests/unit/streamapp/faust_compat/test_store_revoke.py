@@ -114,16 +114,20 @@ def test_an_open_during_the_close_of_its_store_waits_for_it(
     assert collections == []
 
 
+def _kept_by_a_cycle(table: Any, partition: int) -> None:
+    """The partition's database kept open (and locked) by what only the collector can free: an
+    iterator keeps its database open after the handle's close, and a cycle keeps the iterator."""
+    items = iter(table.data._dbs[partition].items())
+    next(items)
+    cycle: list[Any] = [items]
+    cycle.append(cycle)
+
+
 def test_a_handle_a_cycle_keeps_alive_is_collected_when_its_store_opens_again(
     table: Any, collections: list[int]
 ) -> None:
     _write(table, 2, offset=9)
-    # An iterator keeps its database open (and locked) after the handle's close.
-    items = iter(table.data._dbs[2].items())
-    next(items)
-    cycle: list[Any] = [items]
-    cycle.append(cycle)
-    del cycle, items  # only the collector can free the iterator now
+    _kept_by_a_cycle(table, 2)
     table.data.revoke_partitions(table, {_changelog(table, 2)})
     assert collections == []
     assert table.data.persisted_offset(_changelog(table, 2)) == 9
@@ -146,11 +150,7 @@ def test_a_handle_in_a_cycle_frozen_at_startup_is_collected_too(
     table: Any, collections: list[int]
 ) -> None:
     _write(table, 2, offset=9)
-    items = iter(table.data._dbs[2].items())
-    next(items)
-    cycle: list[Any] = [items]
-    cycle.append(cycle)
-    del cycle, items
+    _kept_by_a_cycle(table, 2)
     # The worker froze its heap once started (streamapp.startup_heap): a plain collection
     # would not see the cycle, and the store could never open again.
     gc.freeze()
