@@ -160,8 +160,8 @@ class BatchChangelog:
     async def send_outputs(self) -> None:
         """Hand the output records sent so far to the producer (before state they stand for is
         forgotten: `streamapp.joins`)."""
-        await self._send(self.outputs)
-        self.outputs = []
+        outputs, self.outputs = self.outputs, []
+        await self._send(outputs)
 
     async def send(self) -> None:
         """Hand every record to the producer; the persisted offsets follow their delivery."""
@@ -253,8 +253,9 @@ class _OutputDelivered:
 
     def __call__(self, fut: asyncio.Future[Any]) -> None:
         error = accumulator_append.delivered(self.earlier) if self.earlier else None
-        if error is None and not fut.cancelled():
-            error = fut.exception()
+        # Read either way: asyncio logs an error nobody read ("never retrieved").
+        last = None if fut.cancelled() else fut.exception()
+        error = error or last
         if error is not None:
             logger.warning(
                 "streamapp: output records to topic %r were not delivered: %r", self.topic, error

@@ -635,7 +635,7 @@ async def test_a_batchs_undelivered_outputs_are_logged(
     tmp_path: Path, in_batch: None, kafka: _Kafka, caplog: pytest.LogCaptureFixture
 ) -> None:
     app, _, aio, sender = _wired(tmp_path, kafka)
-    await aio.send(OUTPUTS, b"before", key=b"k", partition=1)  # an open batch: appended to
+    before = await aio.send(OUTPUTS, b"before", key=b"k", partition=1)  # an open batch
     key = next(k for k in (f"k{i}".encode() for i in range(100)) if _partition(aio, k) == 1)
     changelog = batch_changelog.begin(app, SOURCE)
     for n in range(3):
@@ -647,6 +647,11 @@ async def test_a_batchs_undelivered_outputs_are_logged(
     await asyncio.sleep(0)
     assert "output records to topic 'outputs' were not delivered" in caplog.text
     assert "KafkaConnectionError('lost')" in caplog.text
+    assert before.exception() is not None  # the test's own record's: read here
+    # The batch's last record's future, aiokafka's, was read too: asyncio logs no
+    # "Future exception was never retrieved" for it.
+    ((last, _),) = [entry for entry in batch._msg_futures if entry[0] is not before]
+    assert last.done() and not last._log_traceback
 
 
 def _partition(producer: AIOKafkaProducer, key: bytes) -> int:
