@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import threading
 from collections.abc import Callable, Iterable, Mapping
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
@@ -51,6 +53,45 @@ async def produce(bootstrap: str, topic: str, seqs: range, key_of: Callable[[int
         await producer.flush()
     finally:
         await producer.stop()
+
+
+class ProducedAroundAKill:
+    """Produces ``seqs`` (as `produce`) on a thread of its own: the first ``before_kill`` of
+    them at once, the rest only once `killed` is called. A test that kills a worker while it
+    processes these can then never find it done with all of them before the kill, however
+    fast it is. Use as a context manager: leaving it lets the thread finish (the rest is
+    produced even if the test failed before the kill)."""
+
+    def __init__(
+        self,
+        bootstrap: str,
+        topic: str,
+        seqs: range,
+        key_of: Callable[[int], str],
+        *,
+        before_kill: int,
+    ) -> None:
+        self._gate = threading.Event()
+        first, rest = seqs[:before_kill], seqs[before_kill:]
+
+        def run() -> None:
+            asyncio.run(produce(bootstrap, topic, first, key_of))
+            self._gate.wait()
+            asyncio.run(produce(bootstrap, topic, rest, key_of))
+
+        self._thread = threading.Thread(target=run, name=f"produce {topic}", daemon=True)
+
+    def __enter__(self) -> ProducedAroundAKill:
+        self._thread.start()
+        return self
+
+    def killed(self) -> None:
+        """The worker was killed: produce the rest, and wait until it is produced."""
+        self._gate.set()
+        self._thread.join()
+
+    def __exit__(self, *exc: object) -> None:
+        self.killed()
 
 
 async def partitions_of(consumer: AIOKafkaConsumer, topic: str) -> set[int]:

@@ -13,12 +13,16 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import threading
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
 
-from streamapp.testing.kafka_io import committed_records, create_topics, produce
+from streamapp.testing.kafka_io import (
+    ProducedAroundAKill,
+    committed_records,
+    create_topics,
+    produce,
+)
 from streamapp.testing.worker import WorkerProcess
 
 from .apps.batch_counter import PARTITIONS
@@ -56,13 +60,12 @@ def run_through_sigkill(bootstrap: str, tmp_path: Path, guarantee: str) -> tuple
         worker.wait_for("/counts/", lambda view: isinstance(view, dict), timeout=180)
         asyncio.run(produce(bootstrap, events, FIRST, key_of))
         worker.wait_for("/counts/", lambda v: sum(v["counts"].values()) >= len(FIRST))
-        producing = threading.Thread(
-            target=lambda: asyncio.run(produce(bootstrap, events, SECOND, key_of))
-        )
-        producing.start()
-        seen = worker.wait_for("/counts/", lambda v: sum(v["counts"].values()) >= len(FIRST) + 800)
-        worker.stop(signal.SIGKILL)
-        producing.join()
+        with ProducedAroundAKill(bootstrap, events, SECOND, key_of, before_kill=4_000) as second:
+            seen = worker.wait_for(
+                "/counts/", lambda v: sum(v["counts"].values()) >= len(FIRST) + 800
+            )
+            worker.stop(signal.SIGKILL)
+            second.killed()
         assert sum(seen["counts"].values()) < len(ALL), "killed after the end"
 
         worker.start()

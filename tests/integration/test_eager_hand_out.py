@@ -12,12 +12,16 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import threading
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
 
-from streamapp.testing.kafka_io import committed_records, create_topics, produce
+from streamapp.testing.kafka_io import (
+    ProducedAroundAKill,
+    committed_records,
+    create_topics,
+    produce,
+)
 from streamapp.testing.worker import WorkerProcess
 
 from .apps.eager_counter import PARTITIONS
@@ -63,15 +67,16 @@ def test_counts_exactly_through_a_sigkill(kafka_bootstrap: str, tmp_path: Path) 
         worker.wait_for("/counts/", lambda view: isinstance(view, dict), timeout=180)
         asyncio.run(produce(kafka_bootstrap, events, FIRST, key_of))
         worker.wait_for("/counts/", lambda v: sum(v["counts"].values()) >= len(FIRST))
-        producing = threading.Thread(
-            target=lambda: asyncio.run(produce(kafka_bootstrap, events, SECOND, key_of))
-        )
-        producing.start()
         # Killed while it processes the second part (whatever it has done by then, the
         # results below must be exact).
-        seen = worker.wait_for("/counts/", lambda v: sum(v["counts"].values()) >= len(FIRST) + 500)
-        worker.stop(signal.SIGKILL)
-        producing.join()
+        with ProducedAroundAKill(
+            kafka_bootstrap, events, SECOND, key_of, before_kill=len(SECOND) // 2
+        ) as second:
+            seen = worker.wait_for(
+                "/counts/", lambda v: sum(v["counts"].values()) >= len(FIRST) + 500
+            )
+            worker.stop(signal.SIGKILL)
+            second.killed()
         assert sum(seen["counts"].values()) < len(FIRST) + len(SECOND), "killed after the end"
 
         worker.start()

@@ -11,12 +11,16 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import threading
 import time
 from collections import Counter
 from pathlib import Path
 
-from streamapp.testing.kafka_io import committed_records, create_topics, produce
+from streamapp.testing.kafka_io import (
+    ProducedAroundAKill,
+    committed_records,
+    create_topics,
+    produce,
+)
 from streamapp.testing.worker import WorkerProcess
 
 from .apps.eos_sends import PARTITIONS
@@ -69,19 +73,18 @@ def test_plain_sends_are_exactly_once_through_a_sigkill(
         wait_for_workers(
             workers, "the first part forwarded", lambda: len(committed()) >= len(FIRST), timeout=180
         )
-        producing = threading.Thread(
-            target=lambda: asyncio.run(produce(kafka_bootstrap, events, SECOND, key_of))
-        )
-        producing.start()
         # Killed while both process the second part.
-        wait_for_workers(
-            workers,
-            "some of the second part",
-            lambda: len(committed()) >= len(FIRST) + 500,
-            timeout=180,
-        )
-        workers["b"].stop(signal.SIGKILL)
-        producing.join()
+        with ProducedAroundAKill(
+            kafka_bootstrap, events, SECOND, key_of, before_kill=len(SECOND) // 2
+        ) as second:
+            wait_for_workers(
+                workers,
+                "some of the second part",
+                lambda: len(committed()) >= len(FIRST) + 500,
+                timeout=180,
+            )
+            workers["b"].stop(signal.SIGKILL)
+            second.killed()
         assert len(committed()) < total, "killed after the end"
 
         workers["b"].start()
