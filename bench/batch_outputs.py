@@ -21,37 +21,23 @@ import argparse
 import asyncio
 import tempfile
 import time
-import weakref
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.protocol.metadata import MetadataResponse_v1
-from faust.streams import _current_event
-from faust.types import TP
 
+from bench.lib.in_batch import SOURCE, Message, set_current_event
 from streamapp import App
 from streamapp.faust_compat import batch_changelog
 from streamapp.faust_compat.offline_delivery import OfflineDelivery
 from streamapp.joins import _io
 
-SOURCE = TP("bench-source", 2)
 OUTPUT = "bench-output"
 PARTITIONS = 6
 
 
-class _Message:
-    """A source record of the batch: its topic and partition are all a send reads."""
-
-    topic = SOURCE.topic
-    partition = SOURCE.partition
-
-
-class _Event:
-    message = _Message()
-
-
 async def _per_record_us(app: Any, delivery: OfflineDelivery, held: bool, args: Any) -> float:
-    source = _Message()
+    source = Message()
     send = _io.send_output if held else _io.send_raw
     records = [
         (f"auction-{i:08d}".encode(), b'{"click_id": "c-%08d", "cost_micros": 120000}' % i)
@@ -86,8 +72,7 @@ async def _main(args: Any) -> None:
     app.maybe_start_producer = started  # type: ignore[method-assign]
     delivery = OfflineDelivery(producer)
     sender = asyncio.ensure_future(delivery.run())
-    event = _Event()
-    _current_event.set(weakref.ref(event))  # type: ignore[arg-type]
+    event = set_current_event()  # noqa: F841 (kept alive: Faust holds it weakly)
     best = {False: float("inf"), True: float("inf")}
     for _ in range(args.rounds):
         for held in (False, True):

@@ -18,32 +18,13 @@ from __future__ import annotations
 
 import argparse
 import tempfile
-import weakref
-from dataclasses import dataclass, field
 from itertools import cycle
 from typing import Any
 
-from faust.streams import _current_event
-from faust.types import TP
-
+from bench.lib.in_batch import SOURCE, set_current_event
 from bench.lib.per_call import Case, best_of_rounds, print_table
 from streamapp import App
 from streamapp.faust_compat import batch_changelog
-
-SOURCE = TP("bench-source", 2)
-
-
-@dataclass
-class _Message:
-    topic: str = SOURCE.topic
-    partition: int = SOURCE.partition
-
-
-@dataclass
-class _Event:
-    """What Faust's ``current_event()`` returns in a batch: its partition is all that is read."""
-
-    message: _Message = field(default_factory=_Message)
 
 
 def main() -> None:
@@ -57,8 +38,7 @@ def main() -> None:
     app.sensors.add(app.monitor)  # what a worker adds
     sums: Any = app.Table("sums", default=int, partitions=6)
     sums._verify_source_topic_partitions = lambda topic: None  # no broker to ask
-    event: Any = _Event()
-    _current_event.set(weakref.ref(event))
+    event = set_current_event()  # noqa: F841 (kept alive: Faust holds it weakly)
     keys = cycle([f"k{i}" for i in range(5_000)])
 
     def batch_of(n: int, path_on: bool) -> Any:
