@@ -60,7 +60,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import aiokafka
 from aiokafka.structs import TopicPartition
@@ -146,10 +146,12 @@ async def send(
 
 async def _partitioned(
     producer: aiokafka.AIOKafkaProducer, records: Sequence[Record]
-) -> list[_Placed]:
+) -> Sequence[_Placed]:
     """The records, each with the partition ``send`` would give it where none was given: the
     producer's partitioner's choice (``_partition``, what ``send`` asks), once the topic's
     partitions are known (``partitions_for`` waits for them, and raises as ``send`` would)."""
+    if all(record[2] is not None for record in records):
+        return cast(Sequence[_Placed], records)  # changelog records only: placed already
     out: list[_Placed] = []
     for owner, topic, partition, key, value in records:
         if partition is None:

@@ -147,15 +147,14 @@ class BatchChangelog:
         # transactions (docs/batches.md).
         self.records[(topic, partition, key)] = (table, topic, partition, key, value)
 
-    def add_output(
-        self, topic: str, partition: int | None, key: bytes | None, value: bytes | None
-    ) -> None:
+    def add_output(self, topic: str, key: bytes | None, value: bytes | None) -> None:
         """An output record sent for one of the batch's records: it goes out with the batch's
-        changelog records (or before, `send_outputs`)."""
+        changelog records (or before, `send_outputs`), in the partition the producer's
+        partitioner picks (no partition given: `accumulator_append`)."""
         owner = self._owners.get(topic)
         if owner is None:
             owner = self._owners[topic] = Output(topic)
-        self.outputs.append((owner, topic, partition, key, value))
+        self.outputs.append((owner, topic, None, key, value))
 
     async def send_outputs(self) -> None:
         """Hand the output records sent so far to the producer (before state they stand for is

@@ -99,7 +99,7 @@ async def send_output(
         and (key is not None or value is not None)
         and changelog.source == TP(source.topic, source.partition)
     ):
-        changelog.add_output(topic, None, key, value)
+        changelog.add_output(topic, key, value)
         return
     await send_raw(app, source, topic, key, value)
 
