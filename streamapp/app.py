@@ -135,6 +135,9 @@ class App(FaustApp):
         options.setdefault("Table", "streamapp.faust_compat.window_expiry:Table")
         # A changelog record a table cannot decode is skipped by recovery, not waited for.
         options.setdefault("GlobalTable", "streamapp.changelog_records:GlobalTable")
+        # A table of sets whose store holds each set as it is now (see streamapp.set_tables).
+        options.setdefault("SetTable", "streamapp.faust_compat.set_table:SetTable")
+        options.setdefault("SetGlobalTable", "streamapp.faust_compat.set_table:SetGlobalTable")
         # Disabled log levels cost nothing once the worker runs (see streamapp.faust_worker).
         options.setdefault("Worker", "streamapp.faust_worker:Worker")
         super().__init__(id, **options)
@@ -152,6 +155,18 @@ class App(FaustApp):
         """
         kwargs.setdefault("recovery_buffer_size", 1)
         return super().GlobalTable(name, **kwargs)
+
+    def SetGlobalTable(self, name: str, **kwargs: Any) -> Any:
+        """Faust's SetGlobalTable, held whole by every worker as a `GlobalTable` is.
+
+        Faust's ``app.SetGlobalTable`` creates a table that is not global: each worker held
+        only the sets of its own partitions. Its changelog records are stored as they arrive,
+        for the reason `GlobalTable` gives.
+        """
+        kwargs.setdefault("is_global", True)
+        kwargs.setdefault("standby_buffer_size", 1)
+        kwargs.setdefault("recovery_buffer_size", 1)
+        return super().SetGlobalTable(name, **kwargs)
 
     async def on_first_start(self) -> None:
         await super().on_first_start()

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from faust.stores.rocksdb import Store as RocksDBStore
+from faust.tables.objects import ChangeloggedObjectManager
 from faust.types import TP
 from faust.types.tables import CollectionT
 
@@ -28,9 +29,12 @@ logger = logging.getLogger(__name__)
 
 
 def rocksdb_store(table: CollectionT) -> RocksDBStore | None:
-    """The table's store when it is Faust's rocksdb store (a memory store has nothing on disk)."""
+    """The table's store when it is Faust's rocksdb store (a memory store has nothing on disk);
+    for a table of sets, the store its sets are kept in."""
     # `data` is on Faust's Collection, not on the CollectionT interface.
     store = table.data  # type: ignore[attr-defined]
+    if isinstance(store, ChangeloggedObjectManager):
+        store = store.storage
     return store if isinstance(store, RocksDBStore) else None
 
 

@@ -204,7 +204,8 @@ PRIVATE_NAMES: dict[str, tuple[str, ...]] = {
         "_dbs",  # access, store_revoke, store_offsets, window_expiry, batch_table: open handles
         "_key_index",  # access: cleared; batch_table: a batch's keys noted once per batch
         "_open_for_partition",  # store_revoke: a store still locked here, collected and retried
-        "_db_for_partition",  # batch_table: a batch's reads and writes, partition found once
+        "_db_for_partition",  # batch_table: a batch's reads and writes, partition found once;
+        # access: a replayed set's partition (set_tables)
         "_get",  # batch_table: compared, the store reads and writes as batch_table does
         "_set",
     ),
@@ -228,6 +229,7 @@ PRIVATE_NAMES: dict[str, tuple[str, ...]] = {
         "_partition_timestamp_keys",
         "_partition_latest_timestamp",
         "_to_key",
+        "_new_store",  # set_table: the sets of a SetTable kept by streamapp.set_tables
     ),
     "mode.utils.queues:FlowControlEvent": (
         "_queues",  # dropped_records (transport fix 23): the queues its clear empties

@@ -38,6 +38,7 @@ from faust.stores.rocksdb import Store as RocksDBStore
 from faust.types import TP
 
 from streamapp.faust_compat.once import once
+from streamapp.set_tables import StoredSets
 
 logger = logging.getLogger(__name__)
 
@@ -97,6 +98,8 @@ def open_offsets(tables: Iterable[Any]) -> dict[tuple[str, int], int | None]:
     found: dict[tuple[str, int], int | None] = {}
     for table in tables:
         store = vars(table).get("_data")
+        if isinstance(store, StoredSets):  # a table of sets: the store its sets are kept in
+            store = store.rocksdb
         if isinstance(store, RocksDBStore):
             for partition, offset in store_offsets(store).items():
                 found[(table.name, partition)] = offset
