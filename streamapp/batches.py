@@ -53,8 +53,8 @@ from weakref import WeakKeyDictionary
 from faust.types import TP, ChannelT, EventT, StreamT
 
 from streamapp.faust_compat import batch_changelog
-from streamapp.faust_compat.batch_stream import ack_batch, set_current_event, stop_iteration
-from streamapp.faust_compat.transport import Consumer as StreamappConsumer
+from streamapp.runtime.consumer import Consumer as StreamappConsumer
+from streamapp.faust_compat.batch_stream import set_current_event, stop_iteration
 
 logger = logging.getLogger(__name__)
 
@@ -172,9 +172,8 @@ async def batches(
         raise TypeError(f"batches() reads an agent's stream over a topic, not {channel!r}")
     app = stream.app
     consumer = app.consumer
-    if isinstance(consumer, StreamappConsumer):
-        topics = getattr(channel, "topics", ())  # a Topic's names; an in-memory channel has none
-        consumer.hand_out_in_batches(t for t in topics if isinstance(t, str))
+    if not isinstance(consumer, StreamappConsumer):
+        raise TypeError("batches() reads an agent's stream of a streamapp.App")
     queue = channel.queue
     acking_topics = app.topics.acking_topics
     flow_control = app.flow_control
@@ -205,7 +204,7 @@ async def batches(
                 else:
                     ready.append(event)
             if skipped:
-                for message in ack_batch(consumer, skipped):
+                for message in consumer.ack_batch(skipped):
                     on_message_out(message.tp, message.offset, message)
             for batch in by_partition(ready):
                 out = batch
@@ -216,7 +215,7 @@ async def batches(
                 # Before the ack: a commit covering the batch comes after its changelog records.
                 await batch_changelog.end(changelog)
                 out = None
-                for message in ack_batch(consumer, [event.message for event in batch.events]):
+                for message in consumer.ack_batch([event.message for event in batch.events]):
                     on_message_out(message.tp, message.offset, message)
             # Faust's stream yields to the loop once per record; once per wake-up is enough
             # for the fetch loop and the commit to run between batches.

@@ -48,13 +48,8 @@ from assignor.metadata_codec import (
 )
 from standby.replica_offsets import with_applied
 from standby.runtime import ReplicaRuntime
-from streamapp.faust_compat import incremental as faust_incremental
 from streamapp.faust_compat import store_offsets
-from streamapp.faust_compat.access import (
-    assignor_url,
-    install_assignment,
-    refresh_worker_metadata_now,
-)
+from streamapp.faust_compat.access import assignor_url, install_assignment
 from streamapp.faust_compat.assignor import FaustPartitionAssignor
 from streamapp.group_scenario import (
     CheckedFacts,
@@ -244,7 +239,7 @@ class StreamappPartitionAssignor(FaustPartitionAssignor):
         is done with it (False). Decided once for the join's two handler calls: incremental
         unless the recovery of an earlier eager rebalance is still under way (its partitions
         wait paused for that recovery, which only Faust's handlers finish)."""
-        self.incremental_join = incremental and faust_incremental.ready(self.app)
+        self.incremental_join = incremental
 
     # -- the leader --
 
@@ -400,7 +395,7 @@ class StreamappPartitionAssignor(FaustPartitionAssignor):
         if self._left_out is None:
             app = self.app
             self._left_out = LeftOutTopics(
-                refresh=lambda: refresh_worker_metadata_now(app),
+                refresh=lambda: app.consumer.refresh_metadata(),  # type: ignore[attr-defined]
                 known=lambda topic: bool(cluster.partitions_for_topic(topic)),
             )
         return self._left_out

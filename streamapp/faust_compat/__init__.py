@@ -102,6 +102,8 @@ PRIVATE_NAMES: dict[str, tuple[str, ...]] = {
         "_prepare_payload",
     ),
     "faust.streams:Stream": (
+        "_py_aiter",  # stream: Faust's Python iteration, which acks through Consumer.ack
+        "_active_agens",
         "_set_current_event",  # batch_stream: Faust's current event, once per batch
         "_channel_stop_iteration",
     ),

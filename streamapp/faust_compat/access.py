@@ -54,6 +54,29 @@ async def refresh_worker_metadata_now(app: Any) -> None:
     await app.consumer._thread._consumer._client.force_metadata_update()
 
 
+def aiokafka_membership(client: Any) -> tuple[str | None, int]:
+    """The member id and generation of an aiokafka consumer in its group (None, -1: none yet;
+    aiokafka's ``AIOKafkaConsumer._coordinator``)."""
+    coordinator = client._coordinator
+    if coordinator is None:
+        return None, -1
+    member_id = getattr(coordinator, "member_id", None)
+    generation = getattr(coordinator, "generation", -1)
+    return (member_id or None), int(generation if generation is not None else -1)
+
+
+def aiokafka_request_rejoin(client: Any) -> None:
+    """Ask the group of an aiokafka consumer to rebalance (``AIOKafkaConsumer._coordinator``)."""
+    coordinator = client._coordinator
+    if coordinator is not None:
+        coordinator.request_rejoin()
+
+
+async def aiokafka_refresh_metadata(client: Any) -> None:
+    """Fresh cluster metadata for an aiokafka consumer (``AIOKafkaConsumer._client``)."""
+    await client._client.force_metadata_update()
+
+
 def consumer_if_created(app: Any) -> Any | None:
     """The app's consumer if Faust created it, without creating one (``App._consumer``)."""
     consumer: Any = app._consumer
