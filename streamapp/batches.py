@@ -94,17 +94,21 @@ class Batch(Sequence[EventT[Any]]):
         return iter(self.events)
 
     def values(self) -> list[Any]:
+        """The events' values, in offset order."""
         return [event.value for event in self.events]
 
     def items(self) -> list[tuple[Any, Any]]:
+        """The events' ``(key, value)`` pairs, in offset order."""
         return [(event.key, event.value) for event in self.events]
 
     @property
     def first_offset(self) -> int:
+        """The offset of the batch's first record."""
         return int(self.events[0].message.offset)
 
     @property
     def last_offset(self) -> int:
+        """The offset of the batch's last record."""
         return int(self.events[-1].message.offset)
 
 
@@ -161,9 +165,21 @@ async def batches(
 ) -> AsyncIterator[Batch]:
     """The agent's records as batches, one per partition (see the module's docs).
 
-    ``max_records`` bounds the records taken off the queue per wake-up; ``within`` (seconds)
-    makes the agent wait that long for ``max_records`` once it has one record (by default it
-    takes what is there: the latency of a record is not traded for bigger batches).
+    Args:
+        stream: The agent's stream, over a topic.
+        max_records: The most records taken off the queue per wake-up of the agent.
+        within: Seconds to wait for ``max_records`` once one record is there; by default
+            the agent takes what is there, so a record's latency is not traded for bigger
+            batches.
+
+    Yields:
+        A `Batch` per source partition, in offset order; it is acked when the agent asks
+        for the next one.
+
+    Raises:
+        ValueError: ``max_records`` is below 1.
+        TypeError: The stream is not over a topic, or its channel gives something other
+            than events.
     """
     if max_records < 1:
         raise ValueError(f"max_records must be at least 1, not {max_records}")
