@@ -33,7 +33,7 @@ DEFAULT_PRODUCER_LINGER_S = 0.005
 #: no reader: it only puts more records in each produce request. Faust keeps a transactional
 #: producer per source partition, each with its own requests; at 5 ms the batch agent of
 #: `bench/throughput.py` spent 37 µs of CPU per record under exactly_once, at 50 ms 31 µs
-#: (docs/throughput.md). Kafka Streams' producers have long lingered 100 ms.
+#: (docs/performance.md). Kafka Streams' producers have long lingered 100 ms.
 EXACTLY_ONCE_PRODUCER_LINGER_S = 0.05
 #: Faust's ``producer_max_batch_size`` under streamapp (bytes per partition batch): four times
 #: Faust's and Kafka's 16 KiB, so a burst of changelog writes to one partition fills fewer

@@ -151,7 +151,7 @@ def _drain(queue: Any, taken: list[Any], max_records: int) -> None:
     """Moves what ``queue`` holds to ``taken``, up to ``max_records`` in all, without waiting."""
     get = queue.get_nowait
     # As many items as it holds, counted once: a test of ``empty()`` per record was 3% of a
-    # batch agent's CPU (docs/throughput.md). Nothing puts in between (no await).
+    # batch agent's CPU (docs/performance.md). Nothing puts in between (no await).
     for _ in range(min(max_records - len(taken), queue.qsize())):
         taken.append(get())
     # What the count leaves: an error thrown into the queue (not counted by qsize, raised by

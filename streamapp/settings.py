@@ -80,7 +80,7 @@ class StreamappSettings:
     # Off, a static member's stop keeps its place for the session timeout, as Kafka Streams'
     # does: a rolling restart then causes no rebalance of the other workers.
     leave_group_on_stop: bool = True
-    # Cooperative by default (issue 15): a rebalance stops only the partitions that move. Safe
+    # Cooperative by default: a rebalance stops only the partitions that move. Safe
     # in a group with eager members (an older streamapp, or `eager` chosen): the leader plans
     # eagerly, and every member behaves eagerly, until every member speaks cooperative.
     rebalance_protocol: RebalanceProtocol = RebalanceProtocol.COOPERATIVE
