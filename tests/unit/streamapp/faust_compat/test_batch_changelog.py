@@ -1,4 +1,4 @@
-"""A batch's table writes go to the Kafka client's producer together as the batch ends (issue 16).
+"""A batch's table writes go to the Kafka client's producer together as the batch ends.
 
 A real rocksdict store in a temporary directory, Faust's own producer object, and real aiokafka
 producers that are never started: their metadata is an answer the test gives, and their
