@@ -101,7 +101,7 @@ class UndecodableRecord(ValueError):
     ) -> None:
         where = f"{message.topic}[{message.partition}]@{message.offset}"
         because = f": {error_text(cause)}" if cause is not None else ""
-        super().__init__(f"{owner}: record {where} {what}{because}")
+        super().__init__(f"{owner}: record {where}: {what}{because}")
         self.stage = stage
         self.cause = cause
 
@@ -120,25 +120,29 @@ def read_record(
     topic = source.topic
     if message.key is None:
         raise UndecodableRecord(
-            owner, message, Stage.PROCESSING, "has no key; joins and aggregates need keys", None
+            owner, message, Stage.PROCESSING, "no key (joins and aggregates need keys)", None
         )
     try:
         key = _io.loads_key(app, topic, message.key)
     except Exception as exc:
-        raise UndecodableRecord(owner, message, Stage.KEY_DECODE, "key", exc) from exc
+        raise UndecodableRecord(
+            owner, message, Stage.KEY_DECODE, "key does not decode", exc
+        ) from exc
     if message.value is None and deletions:
         return Read(key, None, _io.event_time_ms(message), None)
     try:
         value = _io.loads_value(app, topic, message.value)
     except Exception as exc:
-        raise UndecodableRecord(owner, message, Stage.VALUE_DECODE, "value", exc) from exc
+        raise UndecodableRecord(
+            owner, message, Stage.VALUE_DECODE, "value does not decode", exc
+        ) from exc
     try:
         time_ms = (
             int(source.time_ms(value)) if source.time_ms is not None else _io.event_time_ms(message)
         )
     except Exception as exc:
         raise UndecodableRecord(
-            owner, message, Stage.PROCESSING, "has no event time (time_ms raised)", exc
+            owner, message, Stage.PROCESSING, "no event time (time_ms raised)", exc
         ) from exc
     record_id: str | None = None
     if source.id is not None:
@@ -146,7 +150,7 @@ def read_record(
             record_id = str(source.id(value))
         except Exception as exc:
             raise UndecodableRecord(
-                owner, message, Stage.PROCESSING, "has no id (id raised)", exc
+                owner, message, Stage.PROCESSING, "no id (id raised)", exc
             ) from exc
     return Read(key, value, time_ms, record_id)
 

@@ -123,7 +123,7 @@ async def test_session_totals_through_the_agent_and_bad_records_never_folded(
     assert {r.source for r in wired.records} == {"source"}
     errors = [r.error for r in wired.records if r.error is not None]
     assert ["sales[0]@1" in str(errors[0]), "sales[0]@2" in str(errors[1])] == [True, True]
-    assert "has no key" in str(errors[2])
+    assert "sales[0]@3: no key" in str(errors[2])
     counts = wired.app.streamapp_bad_records.counts
     assert counts.by_stage == {
         ("skipped", "sales", "value-decode"): 1,

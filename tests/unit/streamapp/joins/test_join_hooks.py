@@ -149,9 +149,11 @@ async def test_an_undecodable_record_is_reported_then_skipped_by_the_bad_record_
         Stage.PROCESSING,
     ]
     # Each error names the record that caused it.
-    assert "join hooks: record hooks-left[0]@0 value: ValueDecodeError" in str(errors[0])
-    assert "hooks-left[0]@1 has no event time" in str(errors[1])
-    assert "hooks-left[0]@2 has no key" in str(errors[2])
+    assert "join hooks: record hooks-left[0]@0: value does not decode: ValueDecodeError" in str(
+        errors[0]
+    )
+    assert "hooks-left[0]@1: no event time" in str(errors[1])
+    assert "hooks-left[0]@2: no key" in str(errors[2])
     assert join.processor.stored(Side.LEFT, "aw==") == []
     # Skipped and counted, by where each went bad.
     counts = wired.app.streamapp_bad_records.counts

@@ -96,7 +96,9 @@ async def test_an_undecodable_table_record_is_skipped_and_leaves_the_key_as_it_w
     ]
     error = wired.records[1].error
     assert isinstance(error, UndecodableRecord)
-    assert "join enrich: record customers[0]@1 value: ValueDecodeError" in str(error)
+    assert "join enrich: record customers[0]@1: value does not decode: ValueDecodeError" in str(
+        error
+    )
     counts = wired.app.streamapp_bad_records.counts
     assert counts.by_stage == {("skipped", "customers", "value-decode"): 1}
 
