@@ -353,14 +353,11 @@ class WindowedAggregate(Generic[V, A]):
             return False
         key = _io.b64(message.key)
         assert key is not None
-        arrival = self.processor.process(
-            message.partition,
-            key,
-            message.offset,
-            read.time_ms,
-            read.value,
-            id=read.id,
-            held=_io.b64(message.value),
+        processor = self.processor
+        # Only sliding windows keep records (as their bytes, decoded again by `_restore`).
+        held = _io.b64(message.value) if isinstance(processor, SlidingProcessor) else None
+        arrival = processor.process(
+            message.partition, key, message.offset, read.time_ms, read.value, id=read.id, held=held
         )
         if arrival.outcome is Outcome.LATE:
             if self.dead_letter_topic is not None:
