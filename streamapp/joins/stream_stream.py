@@ -480,3 +480,14 @@ def windowed_join(
         on_record=on_record,
         batch_records=batch_records,
     )
+
+
+def __getattr__(name: str) -> Any:
+    # The record ``on_record`` receives had this name here before it was shared by every join
+    # and aggregate: kept for one release.
+    if name == "JoinRecord":
+        deprecations.warn(
+            "streamapp.joins.stream_stream.JoinRecord", "streamapp.joins.SourceRecord"
+        )
+        return SourceRecord
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

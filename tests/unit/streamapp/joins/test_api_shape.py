@@ -149,6 +149,9 @@ def test_the_old_spellings_warn_and_declare_the_same(app: App) -> None:
     with pytest.warns(DeprecationWarning, match="JoinRecord is deprecated"):
         from streamapp.joins import JoinRecord
     assert JoinRecord is SourceRecord
+    with pytest.warns(DeprecationWarning, match="JoinRecord is deprecated"):
+        from streamapp.joins.stream_stream import JoinRecord as InItsModule
+    assert InItsModule is SourceRecord
     assert SourceRecord("left", "k", None, 0, 0, joins.Outcome.ACCEPTED, None).side is (
         joins.Side.LEFT
     )
