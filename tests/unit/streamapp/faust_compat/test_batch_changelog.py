@@ -31,7 +31,7 @@ from faust.types import TP
 
 from streamapp import App
 from streamapp.faust_compat import accumulator_append, batch_changelog
-from streamapp.joins import JoinWindow, _io, windowed_join
+from streamapp.joins import JoinWindow, WindowedJoin, _io
 
 SOURCE = TP("source", 2)
 CHANGELOG = "batch-test-counts-changelog"
@@ -712,7 +712,7 @@ async def test_a_joins_send_with_headers_goes_at_once_the_others_with_the_batch(
 ) -> None:
     app, _, _, sender = _wired(tmp_path, kafka)
     raw: dict[str, Any] = {"key_type": bytes, "value_type": bytes}
-    join = windowed_join(
+    join = WindowedJoin(
         app,
         "j",
         left=app.topic("j-left", **raw),
