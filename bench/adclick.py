@@ -25,7 +25,7 @@ issue's target: at most 2x).
 
 Prints one table and the streamapp/spark ratios, then the scale-out table and, for each
 protocol, its breakdown: the join partitions that moved to another worker against those that
-stayed, and the scale-out second by second (docs/rebalance-pauses.md). The run's data dir
+stayed, and the scale-out second by second (docs/performance.md). The run's data dir
 (the workers' data and logs, the broker's, Spark's checkpoints) is deleted at the end, unless
 ``--keep``: then it stays, and its worker logs are listed. Never part of the tests.
 """

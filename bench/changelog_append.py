@@ -1,6 +1,5 @@
 """What a batch's changelog records cost the worker's process on aiokafka's producer: one
-``send`` per record, against `streamapp.faust_compat.accumulator_append` (docs/throughput.md,
-step 8).
+``send`` per record, against `streamapp.faust_compat.accumulator_append` (docs/performance.md).
 
     .venv/bin/python -m bench.changelog_append [--batches 2000] [--rounds 5]
 

@@ -15,7 +15,7 @@ partitions, and one worker process:
 * stock Faust: ``faust worker`` running the same agent in a plain `faust.App`;
 * plain loop: an aiokafka consumer and producer (linger and batch size as streamapp's
   at-least-once defaults, 5 ms and 64 KiB; streamapp's 50 ms under exactly_once did not make
-  the loop faster, docs/throughput.md) doing the same durable work per record: a rocksdict
+  the loop faster, docs/performance.md) doing the same durable work per record: a rocksdict
   get and put and a changelog record, an output record every tenth, offsets committed every
   2.8 s or 10,000 records as Faust does (under exactly_once, in a transaction with the
   records). This is the limit.
@@ -78,7 +78,7 @@ COMMIT_INTERVAL_S = 2.8
 COMMIT_EVERY = 10_000
 RUN_TIMEOUT_S = 600.0
 # The plain loop's producer batching (streamapp's at-least-once defaults; 50 ms under
-# exactly_once, streamapp's there, gave the loop nothing: docs/throughput.md).
+# exactly_once, streamapp's there, gave the loop nothing: docs/performance.md).
 PLAIN_LINGER_MS = 5
 PLAIN_MAX_BATCH_SIZE = 65536
 

@@ -36,7 +36,7 @@ DEFAULT_PRODUCER_LINGER_S = 0.005
 #: no reader: it only puts more records in each produce request. Faust keeps a transactional
 #: producer per source partition, each with its own requests; at 5 ms the batch agent of
 #: `bench/throughput.py` spent 37 µs of CPU per record under exactly_once, at 50 ms 31 µs
-#: (docs/throughput.md). Kafka Streams' producers have long lingered 100 ms.
+#: (docs/performance.md). Kafka Streams' producers have long lingered 100 ms.
 EXACTLY_ONCE_PRODUCER_LINGER_S = 0.05
 #: Faust's ``producer_max_batch_size`` under streamapp (bytes per partition batch): four times
 #: Faust's and Kafka's 16 KiB, so a burst of changelog writes to one partition fills fewer
@@ -66,20 +66,44 @@ def _exactly_once(options: dict[str, Any]) -> bool:
 class App(FaustApp):
     """A Faust app whose tables live in rocksdict stores and keep a standby replica.
 
-    Use it exactly as a `faust.App`. The extra keyword arguments are streamapp's own settings
-    (docs/settings.md); a ``STREAMAPP_*`` variable or a ``streamapp worker`` option overrides
-    them (`streamapp.settings.resolve`).
-    ``create_source_topics=True`` lets ``streamapp worker`` create the source topics its
-    agents consume, from their declared partition counts, when they are missing (see
-    `streamapp.topic_check`); by default a missing one refuses the start.
-    ``bad_record_policy`` (``"skip"``, ``"dead-letter"`` or ``"fail"``) says what a record
-    that cannot be decoded, or whose processing raises, does; dead letters go to
-    ``dead_letter_topic``, by default ``<id>-dead-letters`` (see `streamapp.bad_records`).
-    ``static_membership`` (on by default) makes each worker a static member of the group, its
-    ``group.instance.id`` its client id (see `streamapp.faust_compat.static_membership`);
-    ``leave_group_on_stop=False`` keeps a static member's place through a stop, for a
-    rolling restart without rebalances. ``rebalance_protocol`` (``"cooperative"``, the
-    default, or ``"eager"``) says how a worker goes through a rebalance.
+    Use it exactly as a `faust.App`: every Faust setting is still a keyword (or Faust's
+    environment variable), and topics, tables, agents and timers are Faust's. streamapp changes
+    a few of Faust's defaults (a keyword you give wins): ``store="rocksdb://"``,
+    ``table_standby_replicas`` from ``num_standby_replicas``, ``producer_linger`` 5 ms (50 ms
+    under exactly_once), ``producer_max_batch_size`` 64 KiB, ``web_bind="127.0.0.1"``, and
+    streamapp's partition assignor, table manager, topic, agent, table and worker classes.
+
+    Every streamapp keyword below is also a ``streamapp worker`` option and a ``STREAMAPP_*``
+    variable: a worker option beats the variable, which beats the keyword (`resolve`). ``None``
+    means not given: the default then applies.
+
+    Args:
+        id: The app's id: it names the consumer group and the tables' changelog topics.
+        num_standby_replicas: Standby replicas per stateful task (default 1).
+        acceptable_recovery_lag: Changelog records a worker may be behind and still take a
+            task at once (default 10,000); further behind, it warms up first.
+        max_warmup_replicas: Warmup replicas placed at once while state moves (default 2).
+        probing_rebalance_interval_s: Seconds between follow-up rebalances while warmups
+            catch up (default 30).
+        capacity: This worker's relative share of work (default 1).
+        create_source_topics: Let ``streamapp worker`` create missing source topics from
+            their declared partition counts (default off: a missing one refuses the start).
+        bad_record_policy: What a record that cannot be decoded, or whose processing raises,
+            does: ``"skip"`` (default), ``"dead-letter"`` or ``"fail"`` (Faust's way).
+        dead_letter_topic: Where dead letters go (default ``<id>-dead-letters``).
+        client_id: This worker's id in the group (default: one kept in its data dir).
+        host: The host this worker runs on, for standby placement (default: the hostname).
+        rack: The rack it runs on: a standby goes to another rack first, else another host.
+        static_membership: Join as a static member under the client id (default on), so a
+            worker restarted within the session timeout takes its partitions back.
+        leave_group_on_stop: Leave the group as a worker stops (default on); off keeps a
+            static member's place through a stop, for rolling restarts without rebalances.
+        rebalance_protocol: ``"cooperative"`` (default, KIP-429) or ``"eager"``.
+        **options: Faust's own settings, as for `faust.App`.
+
+    Raises:
+        SettingsError: A streamapp setting has a value it cannot take, from the keyword, the
+            variable or the worker option (the message names which).
     """
 
     streamapp_settings: StreamappSettings
@@ -170,6 +194,13 @@ class App(FaustApp):
         records of partitions it holds active in batches of ``recovery_buffer_size`` (1000 by
         default) and stops reading them after recovery unless that size is 1 (its own advice
         for global tables): with the default, a worker saw other workers' writes late or never.
+
+        Args:
+            name: The table's name.
+            **kwargs: Faust's GlobalTable arguments; ``recovery_buffer_size`` defaults to 1.
+
+        Returns:
+            The global table, as `faust.App.GlobalTable` returns it.
         """
         kwargs.setdefault("recovery_buffer_size", 1)
         return super().GlobalTable(name, **kwargs)

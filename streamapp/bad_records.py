@@ -93,6 +93,13 @@ __all__ = [
 
 
 class BadRecordPolicy(StrEnum):
+    """What a record that cannot be decoded, or whose processing raises, does.
+
+    ``skip``: one WARNING line, the record acked and its offset committed. ``dead-letter``: its
+    original key, value and headers go to the dead-letter topic first, then as ``skip``.
+    ``fail``: stock Faust's way, the agent crashes and Faust restarts it after a pause.
+    """
+
     SKIP = "skip"
     DEAD_LETTER = "dead-letter"
     FAIL = "fail"
@@ -385,9 +392,20 @@ async def handle_record_error(
     does not apply on its own because one record cannot be blamed for a raising batch.
 
     The record is skipped or dead-lettered (delivered before this returns, under exactly_once
-    in the transaction of the record's partition) and counted as `Agent` would; True. False
-    under ``fail``, or for an app that is not a `streamapp.App`: the caller raises. Raises
-    `DeadLetterError` when the dead letter cannot be delivered.
+    in the transaction of the record's partition) and counted as `Agent` would.
+
+    Args:
+        app: The agent's app.
+        message: The record's message (``event.message``).
+        error: What its processing raised.
+        agent: The agent's name, for the log line and the dead letter's headers.
+
+    Returns:
+        True when the record was skipped or dead-lettered; False under ``fail``, or for an
+        app that is not a `streamapp.App`: the caller raises.
+
+    Raises:
+        DeadLetterError: The dead letter could not be delivered.
     """
     handler = bad_records_of(app)
     if handler is None:

@@ -94,17 +94,21 @@ class Batch(Sequence[EventT[Any]]):
         return iter(self.events)
 
     def values(self) -> list[Any]:
+        """The events' values, in offset order."""
         return [event.value for event in self.events]
 
     def items(self) -> list[tuple[Any, Any]]:
+        """The events' ``(key, value)`` pairs, in offset order."""
         return [(event.key, event.value) for event in self.events]
 
     @property
     def first_offset(self) -> int:
+        """The offset of the batch's first record."""
         return int(self.events[0].message.offset)
 
     @property
     def last_offset(self) -> int:
+        """The offset of the batch's last record."""
         return int(self.events[-1].message.offset)
 
 
@@ -147,7 +151,7 @@ def _drain(queue: Any, taken: list[Any], max_records: int) -> None:
     """Moves what ``queue`` holds to ``taken``, up to ``max_records`` in all, without waiting."""
     get = queue.get_nowait
     # As many items as it holds, counted once: a test of ``empty()`` per record was 3% of a
-    # batch agent's CPU (docs/throughput.md). Nothing puts in between (no await).
+    # batch agent's CPU (docs/performance.md). Nothing puts in between (no await).
     for _ in range(min(max_records - len(taken), queue.qsize())):
         taken.append(get())
     # What the count leaves: an error thrown into the queue (not counted by qsize, raised by
@@ -161,9 +165,21 @@ async def batches(
 ) -> AsyncIterator[Batch]:
     """The agent's records as batches, one per partition (see the module's docs).
 
-    ``max_records`` bounds the records taken off the queue per wake-up; ``within`` (seconds)
-    makes the agent wait that long for ``max_records`` once it has one record (by default it
-    takes what is there: the latency of a record is not traded for bigger batches).
+    Args:
+        stream: The agent's stream, over a topic.
+        max_records: The most records taken off the queue per wake-up of the agent.
+        within: Seconds to wait for ``max_records`` once one record is there; by default
+            the agent takes what is there, so a record's latency is not traded for bigger
+            batches.
+
+    Yields:
+        A `Batch` per source partition, in offset order; it is acked when the agent asks
+        for the next one.
+
+    Raises:
+        ValueError: ``max_records`` is below 1.
+        TypeError: The stream is not over a topic, or its channel gives something other
+            than events.
     """
     if max_records < 1:
         raise ValueError(f"max_records must be at least 1, not {max_records}")

@@ -7,7 +7,7 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from streamapp.kafka.broker import DEFAULT_PORT, BrokerError, LocalKafka, broker_status
 from streamapp.kafka.release import (
@@ -24,6 +24,9 @@ from streamapp.worker import (
     add_worker_arguments,
     run_worker,
 )
+
+if TYPE_CHECKING:
+    from streamapp.topic_check import SourceTopic
 
 
 def _kafka(args: argparse.Namespace) -> int:
@@ -84,7 +87,9 @@ def _kafka(args: argparse.Namespace) -> int:
 
 
 def _topics(args: argparse.Namespace) -> int:
-    """`streamapp topics create`: the app's source topics, as its code declares them."""
+    """`streamapp topics create`: every topic the app declares, as its code declares it: the
+    sources its agents consume, and the topics its joins and aggregates write to (outputs,
+    late records) and its dead-letter topic."""
     import asyncio
 
     from streamapp import topic_check
@@ -113,10 +118,9 @@ def _topics(args: argparse.Namespace) -> int:
     except WorkerSetupError as exc:
         return refuse(str(exc))
     declared = topic_check.declared_topics(app)
-    if not declared.sources:
-        print(
-            f"{app.conf.id}: no source topics to create (its agents consume none it must be given)"
-        )
+    written = _written_topics(app)
+    if not declared.sources and not written:
+        print(f"{app.conf.id}: no topics to create (its agents consume none it must be given)")
         return 0
     bootstrap = app_bootstrap(app)
     try:
@@ -127,19 +131,80 @@ def _topics(args: argparse.Namespace) -> int:
         )
     except topic_check.TopicCheckError as exc:
         return refuse(str(exc))
-    for topic in report.created:
-        replicas = args.replication_factor or topic.replicas
-        print(
-            f"created {topic.name} ({topic_check.partition_count(topic.partitions)}, "
-            f"replication factor {replicas})"
-        )
     if report.problems:
         # What was found is not news when the answer is a refusal: the one line says it all.
+        for topic in report.created:
+            print(_created_line(topic, args.replication_factor))
         command = topics_create_command(args.app, bootstrap)
         return refuse(topic_check.describe_problems(report.problems, create_command=command))
+    try:
+        made, found = asyncio.run(_create_written(bootstrap, written, args.replication_factor))
+    except topic_check.TopicCheckError as exc:
+        return refuse(str(exc))
+    for topic in report.created:
+        print(_created_line(topic, args.replication_factor))
+    for topic, why in made:
+        print(f"{_created_line(topic, args.replication_factor)}: {why}")
     for name, partitions in report.already_there:
         print(f"already there: {name} ({topic_check.partition_count(partitions)})")
+    for name, partitions, why in found:
+        print(f"already there: {name} ({topic_check.partition_count(partitions)}): {why}")
     return 0
+
+
+def _created_line(topic: SourceTopic, replication_factor: int | None) -> str:
+    from streamapp import topic_check
+
+    replicas = replication_factor or topic.replicas
+    return (
+        f"created {topic.name} ({topic_check.partition_count(topic.partitions)}, "
+        f"replication factor {replicas})"
+    )
+
+
+def _written_topics(app: Any) -> list[tuple[SourceTopic, str]]:
+    """The topics the app writes to that `topics create` makes besides its sources: those its
+    joins and aggregates declare (outputs, late records) and, under the dead-letter policy, its
+    dead-letter topic (one partition, as the worker makes it); with why each is there."""
+    from streamapp.bad_records import BadRecordPolicy, bad_records_of
+    from streamapp.joins.declared import written_topics
+    from streamapp.topic_check import SourceTopic
+
+    default_replicas = int(app.conf.topic_replication_factor)
+    out = [
+        (SourceTopic(t.name, t.partitions, t.replicas or default_replicas), t.why)
+        for t in written_topics(app)
+    ]
+    handler = bad_records_of(app)
+    if handler is not None and handler.policy is BadRecordPolicy.DEAD_LETTER:
+        name = handler.dead_letter_topic_name
+        if all(topic.name != name for topic, _why in out):
+            out.append((SourceTopic(name, 1, default_replicas), "dead letters (bad_record_policy)"))
+    return out
+
+
+async def _create_written(
+    bootstrap: str, written: list[tuple[SourceTopic, str]], replication_factor: int | None
+) -> tuple[list[tuple[SourceTopic, str]], list[tuple[str, int, str]]]:
+    """Create those of ``written`` that do not exist; returns (created, with why) and (found
+    already: name, partition count, why)."""
+    from streamapp import topic_check
+
+    if not written:
+        return [], []
+    existing = await topic_check.read_partition_counts(bootstrap, [t.name for t, _ in written])
+    missing = [t for t, _ in written if t.name not in existing]
+    made = await topic_check.create_topics(
+        bootstrap, missing, replication_factor=replication_factor
+    )
+    why = {t.name: reason for t, reason in written}
+    created = {t.name for t in made.created}
+    for topic in made.already_there:  # created by someone else meanwhile
+        existing[topic.name] = topic.partitions
+    return (
+        [(t, why[t.name]) for t in made.created],
+        [(t.name, existing[t.name], why[t.name]) for t, _ in written if t.name not in created],
+    )
 
 
 def _group(args: argparse.Namespace) -> int:
@@ -243,16 +308,19 @@ def build_parser() -> argparse.ArgumentParser:
 
     topics = commands.add_parser(
         "topics",
-        help="create an app's source topics with the partition counts its code declares",
-        description="Create the source topics of an app (the topics its agents consume, "
-        "except those Faust creates itself: changelogs, leader and repartition topics) with "
-        "the partition counts the app declares (a topic's partitions=, else the app's "
-        "topic_partitions). Topics already there are left as they are. Refuses, creating "
-        "nothing, when topics that must be co-partitioned would differ in partition count.",
+        help="create the topics an app declares with the partition counts its code declares",
+        description="Create the topics an app declares: its source topics (the topics its "
+        "agents consume, except those Faust creates itself: changelogs, leader and repartition "
+        "topics), the topics its joins and aggregates write to (outputs, late records) and, "
+        "under the dead-letter policy, its dead-letter topic; each with the partition count "
+        "the app declares (a topic's partitions=, else the join's or aggregate's, else the "
+        "app's topic_partitions; one for dead-letter topics). Says what it created and what "
+        "was already there, and leaves the latter as they are. Refuses, creating nothing, when "
+        "topics that must be co-partitioned would differ in partition count.",
     )
-    topics.add_argument("action", choices=["create"], help="create the missing source topics")
+    topics.add_argument("action", choices=["create"], help="create the missing topics")
     add_app_arguments(
-        topics, app_help="the app whose source topics to create, e.g. examples.adclick.app:app"
+        topics, app_help="the app whose topics to create, e.g. examples.adclick.app:app"
     )
     topics.add_argument(
         "--replication-factor",

@@ -44,6 +44,17 @@ class RebalanceProtocol(StrEnum):
 
 @dataclass(frozen=True)
 class StreamappSettings:
+    """streamapp's settings of one worker, as `resolve` settled them (``app.streamapp_settings``).
+
+    Each field is an `App` keyword of the same name, a ``streamapp worker`` option and a
+    ``STREAMAPP_<NAME>`` variable; docs/settings.md says what each does. An enum field also
+    takes its value's name (``rebalance_protocol="eager"``).
+
+    Raises:
+        SettingsError: A value out of range (a capacity below 1, a negative count, a
+            non-positive interval, an empty dead-letter topic, an unknown enum name).
+    """
+
     client_id: str | None = None
     host: str = socket.gethostname()
     rack: str | None = None
@@ -69,7 +80,7 @@ class StreamappSettings:
     # Off, a static member's stop keeps its place for the session timeout, as Kafka Streams'
     # does: a rolling restart then causes no rebalance of the other workers.
     leave_group_on_stop: bool = True
-    # Cooperative by default (issue 15): a rebalance stops only the partitions that move. Safe
+    # Cooperative by default: a rebalance stops only the partitions that move. Safe
     # in a group with eager members (an older streamapp, or `eager` chosen): the leader plans
     # eagerly, and every member behaves eagerly, until every member speaks cooperative.
     rebalance_protocol: RebalanceProtocol = RebalanceProtocol.COOPERATIVE
@@ -178,7 +189,7 @@ SETTINGS: tuple[Setting, ...] = (
         "placement domain: standbys go to another host than the active",
         default_text="this machine's hostname",
     ),
-    Setting("rack", str, "wider placement domain: standbys on another rack when hosts run out"),
+    Setting("rack", str, "wider placement domain: standbys on another rack first, else host"),
     Setting("capacity", int, "this worker's relative share of work (at least 1)", metavar="N"),
     Setting(
         "num_standby_replicas",
@@ -273,10 +284,19 @@ def resolve(
 ) -> StreamappSettings:
     """The settings: worker option, else ``STREAMAPP_*`` variable, else App keyword, else default.
 
-    ``keywords``: what the app's code gave `App(...)`; ``env``: the environment (default
-    ``os.environ``); ``options``: the worker's options (default: this process's, see
-    `use_worker_options`). A value ``None`` counts as not given. A value a setting cannot take
-    raises `SettingsError` naming where it came from (the option, variable or keyword).
+    A value ``None`` counts as not given.
+
+    Args:
+        keywords: What the app's code gave `App(...)`.
+        env: The environment (default ``os.environ``).
+        options: The worker's options (default: this process's, see `use_worker_options`).
+
+    Returns:
+        The settings every layer together gives.
+
+    Raises:
+        SettingsError: A name that is not a streamapp setting, or a value a setting cannot
+            take, naming where it came from (the option, variable or keyword).
     """
     given_options = dict(_worker_options if options is None else options)
     environ = os.environ if env is None else env

@@ -6,7 +6,7 @@ thread of the worker that holds the GIL, so a thread waiting in a system call or
 is not counted. Samples of the start and the stop (imports, RocksDB's open and close) are left
 out; the rest is sorted into the blocks below by the first of their patterns found in the
 stack, and shown as shares of the samples taken while records were processed
-(docs/throughput.md).
+(docs/performance.md).
 """
 
 from __future__ import annotations

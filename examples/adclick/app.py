@@ -2,7 +2,7 @@
 
     streamapp worker -A examples.adclick.app:app --broker 127.0.0.1:9092 --web-port 6066
 
-Clicks are joined with the impression of their auction by `streamapp.joins.windowed_join`
+Clicks are joined with the impression of their auction by `streamapp.joins.WindowedJoin`
 (a left join, clicks on the left, both topics keyed and co-partitioned by auction id); the
 framework keeps both sides in changelog-backed tables, expires them by event time and checks
 the co-partitioning at startup; it reads its sources in batches (``batch_records``). This module
@@ -38,7 +38,7 @@ from examples.adclick.topology import JOIN_NAME, Topology
 from streamapp import App
 from streamapp.bad_records import handle_record_error
 from streamapp.batches import batches
-from streamapp.joins import JoinRecord, JoinResult, Outcome, Side, windowed_join
+from streamapp.joins import JoinResult, Outcome, Side, Source, SourceRecord, WindowedJoin
 
 topology = Topology.from_env()
 
@@ -157,7 +157,7 @@ async def _on_pair(result: JoinResult[Any, Any]) -> None:
     )
 
 
-async def _on_record(record: JoinRecord) -> None:
+async def _on_record(record: SourceRecord) -> None:
     """Every click and impression once the join handled it: counted, or passed on."""
     counted = rule.counted(record.side, record.outcome)
     if counted is not None:
@@ -174,19 +174,19 @@ async def _on_record(record: JoinRecord) -> None:
         )
 
 
-attribution = windowed_join(
+attribution = WindowedJoin(
     app,
     JOIN_NAME,
-    left=clicks_topic,
-    right=impressions_topic,
+    # A click counts once per click id; an auction has one impression, the first one.
+    left=Source(clicks_topic, time_ms=lambda click: click.event_time_ms, id=lambda c: c.click_id),
+    right=Source(
+        impressions_topic,
+        time_ms=lambda impression: impression.event_time_ms,
+        id=lambda impression: impression.auction_id,
+    ),
     kind="left",
     window=window.join_window(),
     partitions=topology.partitions,
-    left_time_ms=lambda click: click.event_time_ms,
-    right_time_ms=lambda impression: impression.event_time_ms,
-    # A click counts once per click id; an auction has one impression, the first one.
-    left_id=lambda click: click.click_id,
-    right_id=lambda impression: impression.auction_id,
     output=_on_pair,
     on_record=_on_record,
     expiry_bucket_ms=topology.expiry_bucket_ms,

@@ -6,7 +6,7 @@ attributed to the impression of its auction when
     impression.event_time_ms <= click.event_time_ms <= impression.event_time_ms + size_ms
 
 The pairing itself (state, event-time expiry, either side first, replays) is
-`streamapp.joins.windowed_join`'s. It is asked for a wider window than the rule's, by the grace
+`streamapp.joins.WindowedJoin`'s. It is asked for a wider window than the rule's, by the grace
 on each side, so that a click just outside its impression's window still meets the impression
 and is counted *late* (or *early*) rather than *unmatched*; only the rule's pairs are
 attributed. A click that meets no impression at all is emitted alone by the left join once the

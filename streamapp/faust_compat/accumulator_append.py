@@ -52,7 +52,7 @@ named in this module only): ``AIOKafkaProducer._message_accumulator``, ``_txn_ma
 aiokafka has no public call that appends to a partition's open batch without a future (its
 ``send_batch`` queues a batch of its own, after the partition's previous one is drained: a wait
 per agent batch). Delete this module when aiokafka has one, or when a future per record no
-longer costs what it does here (docs/throughput.md, step 8).
+longer costs what it does here (docs/performance.md).
 Tests: tests/unit/streamapp/faust_compat/test_batch_changelog.py.
 """
 

@@ -1,5 +1,5 @@
 """A fetched record of a topic an agent reads in batches, handed to its stream's queue in one
-plain function call (issue 16).
+plain function call.
 
 Faust's fetch loop hands each record out through four layers of coroutines: streamapp's
 ``hand_out_between_commits`` (`streamapp.faust_compat.transport`), the conductor's
@@ -8,7 +8,7 @@ handler (it awaits the flow control and the producer buffer, decodes the record 
 channel's compiled decoder, Faust's serializer registry and a codec looked up by name for the
 key and again for the value, and puts the event in each subscribed channel's queue). For an
 agent over batches (`streamapp.batches`) that was about a third of the CPU a record costs
-(docs/throughput.md).
+(docs/performance.md).
 
 `BatchHandOut` does the same steps for a record of a batch topic as one function call, when
 none of them would wait: no commit holds the hand-out, the partition is not being given up,

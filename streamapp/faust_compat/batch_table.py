@@ -1,5 +1,5 @@
 """A table's reads and writes in a batch, with what Faust looks up per call looked up once per
-batch (issue 16).
+batch.
 
 A table read or write in an agent, through Faust's RocksDB store, does per call:
 

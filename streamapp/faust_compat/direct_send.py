@@ -1,12 +1,11 @@
-"""An agent's ``Topic.send``, handed to the producer without Faust's layers in between
-(issue 16).
+"""An agent's ``Topic.send``, handed to the producer without Faust's layers in between.
 
 Faust's ``Topic.send`` reaches the producer through five coroutines: ``Topic.send`` (which
 reads the ``stream_publish_on_commit`` setting), ``Channel._send_now``, streamapp's
 ``publish_message`` (`streamapp.bad_records.Topic`, which looks the message up among
 ``send_soon``'s buffered ones), Faust's ``publish_message`` (a debug log call, the topic's name
 found through an ABC ``isinstance``) and ``_get_producer``. In the profile of the batch agent
-(docs/throughput.md) that was about half of what one output record cost on the event-loop
+(docs/performance.md) that was about half of what one output record cost on the event-loop
 thread, aiokafka's own ``send`` being the other half.
 
 `Topic.send` here does what those do, in the same order, in one coroutine: the message is

@@ -1,4 +1,4 @@
-"""Faust's fetch loop hands a record to the streams without a task per record (issue 16).
+"""Faust's fetch loop hands a record to the streams without a task per record.
 
 Faust's fetch loop (``faust.transport.consumer.Consumer._drain_messages``) hands each fetched
 record to the conductor with ``await self.wait_first(callback(message),
@@ -6,7 +6,7 @@ self.suspend_flow.wait())``. mode's ``wait_first`` wraps the callback, the flow'
 service's stopped and crashed events in four tasks and ``asyncio.wait``\\s on them: per record,
 four tasks, about ten futures, and two or three event-loop iterations before the fetch loop
 goes on to the next record, whose own hand-out then starts in the iteration after. That was
-the largest single share of the asyncio machinery in a worker's profile (docs/throughput.md).
+the largest single share of the asyncio machinery in a worker's profile (docs/performance.md).
 
 Almost always the hand-out has nothing to wait for: no commit holds it, the flow runs, the
 stream's queue has room, and the conductor's lock is free. Here the callback's coroutine takes
@@ -21,7 +21,7 @@ Handed out at once, a record costs the fetch loop so little that it would run a 
 ahead of the agents, until the streams' queues are full (``stream_buffer_maxsize``, 4,096
 records): latency grows by that backlog, and under exactly_once every commit first waits for all
 of it to be processed (streamapp's commit between records): in the benchmark that took
-exactly_once from ~350 to ~1,200 µs of CPU per record (docs/throughput.md). So the fetch loop
+exactly_once from ~350 to ~1,200 µs of CPU per record (docs/performance.md). So the fetch loop
 stays in step with the agents: after a record handed out at once it yields to the loop once (an
 agent takes one record per loop iteration, Faust's stream iterator yields once per record), and
 while `AHEAD_LIMIT` records or more are handed out and not yet processed, records take Faust's

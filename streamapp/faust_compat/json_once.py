@@ -1,4 +1,4 @@
-"""Faust's ``json`` codec without its per-call setup, the same bytes and values (issue 16).
+"""Faust's ``json`` codec without its per-call setup, the same bytes and values.
 
 Faust's ``json`` codec encodes with ``json.dumps(obj, cls=faust.utils.json.JSONEncoder,
 separators=(",", ":"))`` behind two layers of codec calls: the standard library builds a new
@@ -6,7 +6,7 @@ encoder (and its C encoder) on every call when a ``cls`` is given, about two thi
 cost of encoding a table key or a small value. Decoding, Faust's registry then asks its model
 registry whether the value names a model (``Registry._prepare_payload``), which for a number
 raises and catches a ``TypeError``. A batch agent's table pays this per record: the key and
-the value encoded for each write, the value decoded for each read (docs/throughput.md).
+the value encoded for each write, the value decoded for each read (docs/performance.md).
 
 `dumps_for` gives a function encoding with one encoder built once with the same options, so
 the same bytes, Faust's ``default`` included (UUIDs, datetimes, models in containers); a str

@@ -1,4 +1,4 @@
-"""A fetched partition's records of a batch topic handed out in one call per round (issue 16).
+"""A fetched partition's records of a batch topic handed out in one call per round.
 
 Faust's fetch loop takes a fetch's records one at a time: its ``getmany`` makes each record's
 message (``_to_message``), asks the consumer thread for the partition's ``highwater`` and goes
@@ -7,7 +7,7 @@ partition's read mark, notes gaps, commits every ``broker_commit_every`` acks an
 record out through ``wait_first(callback(message), self.suspend_flow.wait())``: two coroutines
 made and closed per record even when `streamapp.faust_compat.batch_hand_out` does the hand-out
 in one call. For an agent over batches that was about 28% of the loop thread
-(docs/throughput.md).
+(docs/performance.md).
 
 `PartitionHandOut` takes the records of a round (fix 25's bounds) as the fetch returns them,
 before Faust's ``getmany`` iterates them, and for each partition of a topic an agent reads in

@@ -6,7 +6,7 @@ A partition a worker has just gained or got back brings its backlog (the records
 it moved) as one fetch of several hundred records, and the partitions the worker kept, whose
 few new records were fetched meanwhile, wait in aiokafka's buffer until that whole round is
 out. In ``bench/rebalance.py`` such rounds of 400 to 1,200 stream records took 0.8 to 2.8 s,
-and were every remaining worst stop of a kept partition (docs/rebalance-pauses.md). A bound
+and were every remaining worst stop of a kept partition (docs/performance.md). A bound
 per partition was not enough: a worker catching up on six partitions at once (a rolling
 restart's) took 50 of each, 300 records in 0.4 to 1.8 s.
 
@@ -48,7 +48,7 @@ RECORDS_PER_PARTITION_PER_ROUND = 50
 #: The trade: a batch agent (`streamapp.batches`) gets a round's records at most per batch, and
 #: more rounds cost more. At 100 the rolling restart's worst stops went from 1.0 to 2.0 s to
 #: 0.6 to 1.0 s and the batch agent took 5 to 8% more CPU a record at_least_once
-#: (docs/rebalance-pauses.md, docs/throughput.md).
+#: (docs/performance.md).
 RECORDS_PER_ROUND = 100
 
 #: ``fetch(partitions, timeout, max_records)``: the records aiokafka has fetched for

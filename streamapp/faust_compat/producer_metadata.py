@@ -3,7 +3,7 @@
 aiokafka 0.14's sender loop, holding a record for a partition whose leader its metadata does
 not know, asks the client for a metadata refresh and waits for it, then asks again at once: no
 backoff between the two. A partition that stays unknown (its topic deleted while the producer
-holds records for it, or recreated with fewer partitions: a table's changelog, issue 12) made
+holds records for it, or recreated with fewer partitions: a table's changelog) made
 it ask about two thousand times a second, at about 40% of a core, until the partition came
 back or the held record expired (Faust's ``producer_request_timeout``, 20 minutes by default).
 Kafka's Java producer waits ``retry.backoff.ms`` between metadata refreshes.

@@ -5,7 +5,7 @@ aiokafka 0.14's ``AIOKafkaProducer.send`` asserts that an explicitly given parti
 metadata (``AssertionError: Unrecognized partition``). Faust writes every table change to the
 changelog partition of the table's partition, so a changelog deleted while the worker runs, or
 recreated with fewer partitions, or recreated while the producer still holds the metadata of
-the topic it replaced, crashed Faust's ProducerBuffer and the worker with it (issue 12).
+the topic it replaced, crashed Faust's ProducerBuffer and the worker with it.
 Here such a send first waits until the partition exists: it refreshes the producer's metadata
 with a backoff (doubling to `MAX_WAIT_S`) for as long as it takes. The table's agent waits
 with it, and `streamapp.changelog_watch` says once which changelog is wrong and what to do.

@@ -7,7 +7,7 @@ records to the store in batches of ``recovery_buffer_size`` / ``standby_buffer_s
 default). It writes a batch when it is full, when a recovery that replayed something ends, at a
 revocation, as an incremental rebalance begins (a promoted standby's replay starts at its store's
 offset), and as the next recovery starts; nowhere else. Two paths therefore let agents read a
-store that is missing records its offsets claim (updates lost: issue 11):
+store that is missing records its offsets claim (updates lost):
 
 1. A rebalance that promotes a standby. Records fetched for the standby around the rebalance are
    taken from the queue after the new assignment made the partition active: they advance
@@ -44,7 +44,7 @@ start has passed the next record it needs (retention, DeleteRecords), which Faus
 from the log start over state the deleted records had changed (also `Recovery._build_offsets`);
 a store of a partition the changelog no longer has.
 
-Where a replay ends (issue 14). Faust takes the end offset less one for a changelog's last record
+Where a replay ends. Faust takes the end offset less one for a changelog's last record
 and replays until a record with that offset arrives. Under exactly_once the end offset is the last
 stable offset and the offset below it a commit marker, which is never delivered as a record: every
 replay then waited out two five-second idle timeouts of Faust's loop and its fallback (about 15 s

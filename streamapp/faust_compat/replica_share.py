@@ -7,7 +7,7 @@ fetch of changelog records at once, often over a thousand, and each one goes thr
 hand-out and table recovery's apply in the same event loop. Measured in ``bench/rebalance.py``:
 rounds of 1,600 changelog records took 0.6 to 1.6 s, and the records of the partitions the
 worker kept processing sat in aiokafka's buffer meanwhile, fetched but not taken. Those stops
-were the "stopped" column's longest (docs/rebalance-pauses.md).
+were the "stopped" column's longest (docs/performance.md).
 
 Here a round takes the stream partitions' records first, as many as Faust asks for, and then
 at most ``REPLICA_RECORDS_PER_ROUND`` changelog records. The rest stay in aiokafka's buffer for

@@ -1,10 +1,10 @@
-"""Faust's serializer registry with the codec looked up once, not per key or value (issue 16).
+"""Faust's serializer registry with the codec looked up once, not per key or value.
 
 Each ``Registry.loads_key`` / ``loads_value`` / ``dumps_key`` / ``dumps_value`` call picks the
 serializer among its arguments and the app's defaults, looks the codec up by name
 (``codecs.get_codec``) and, decoding, prepares the payload for the type: per record of a batch
 agent, five such calls read Faust's settings and the codec registry again
-(docs/throughput.md). For one channel or one table the choice never changes, so these
+(docs/performance.md). For one channel or one table the choice never changes, so these
 functions make it once and return a function doing only the codec's work, the same bytes and
 values as the registry's call:
 

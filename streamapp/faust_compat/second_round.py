@@ -35,7 +35,7 @@ heartbeats for streamapp's cooperative joins only.)
 A member whose SyncGroup reaches the broker after another member's rejoin misses that round
 (REBALANCE_IN_PROGRESS) and rejoins; that is Kafka's, with or without these heartbeats, which
 only make members that heard nothing yet rejoin sooner once a rebalance has begun: they start
-none (see docs/rebalance-pauses.md).
+none (see docs/performance.md).
 
 Each prompt heartbeat that heard of the next rebalance is logged at INFO (``rebalances again:
 heard at prompt heartbeat``), the event tests/integration/test_cooperative_rebalance.py checks.

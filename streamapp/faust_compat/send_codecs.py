@@ -1,4 +1,4 @@
-"""What an agent sends to a topic, encoded with the topic's codecs looked up once (issue 16).
+"""What an agent sends to a topic, encoded with the topic's codecs looked up once.
 
 ``Topic.send`` (and ``send_soon``, ``Agent.send``, the records of ``stream_publish_on_commit``)
 encode the key and the value through ``Topic.prepare_key`` / ``prepare_value``: the topic's
@@ -6,7 +6,7 @@ encode the key and the value through ``Topic.prepare_key`` / ``prepare_value``: 
 serializer among the call's, the schema's and the app's, and checks for a model), the codec
 looked up by name, and Faust's json codec, which builds a new JSON encoder on every call. For
 the throughput benchmark's output records that was about a third of what a send costs on the
-event-loop thread (docs/throughput.md). Table writes and a batch topic's records already take
+event-loop thread (docs/performance.md). Table writes and a batch topic's records already take
 the codecs resolved once (`streamapp.faust_compat.resolved_codecs`); this `Topic` does the
 same for sends: per topic, one resolved encoder per key or value, serializer argument and
 registry, made at the first send.

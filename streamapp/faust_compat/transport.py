@@ -157,7 +157,7 @@
     partitions left out, busy ones, could not be fetched again until it came back: on a busy
     worker, whose fetch loop is often 0.1 s behind, every partition went without records
     about 1.5 s at a time, in steady state as in a rebalance (the "stopped" column of
-    ``bench/rebalance.py``, docs/rebalance-pauses.md). A request that holds every fetchable
+    ``bench/rebalance.py``, docs/performance.md). A request that holds every fetchable
     partition keeps the long wait: new records on any of them answer it at once. Delete when
     aiokafka sends the partitions with records pending in the next request, or Faust's fetch
     max wait is a setting. Test: tests/unit/streamapp/faust_compat/test_transport.py.
@@ -202,7 +202,7 @@
 
 24. The partitions a worker keeps processing are not held by its fetch loop's other work,
     in two places where that loop waited (``bench/rebalance.py``'s "stopped" column,
-    docs/rebalance-pauses.md). A round of the loop takes the stream partitions' records
+    docs/performance.md). A round of the loop takes the stream partitions' records
     first, then at most ``REPLICA_RECORDS_PER_ROUND`` changelog records (``ConsumerThread.
     _fetch_records``; see `streamapp.faust_compat.replica_share`, which says when to delete
     it): a replica catching up brought a thousand and more at once, and the stream records
@@ -221,7 +221,7 @@
     says when to delete it). aiokafka handed out each partition's whole fetch in one round,
     and the backlog of a partition just gained or got back (several hundred records) went out
     at the agents' pace while the kept partitions' records, fetched meanwhile, waited for the
-    round's end: 0.8 to 2.8 s in ``bench/rebalance.py`` (docs/rebalance-pauses.md); with the
+    round's end: 0.8 to 2.8 s in ``bench/rebalance.py`` (docs/performance.md); with the
     bound per partition only, a worker catching up on six partitions (a rolling restart's)
     still made rounds of 300 records, 0.4 to 1.8 s. A fetch error aiokafka holds is raised by
     a round that has taken nothing yet, before any records, else by the next round (fix 24's
@@ -1076,7 +1076,7 @@ class Consumer(faust_aiokafka.Consumer):
         # getmany then drops the records of partitions no longer active without a word, while
         # aiokafka's position has passed them. A standby sought to its start whose first
         # records went that way resumed ~1,000 records further on, and its offset claimed them
-        # all (issue 11). Such records go back: their partition is sought to the first one.
+        # all (lost updates). Such records go back: their partition is sought to the first one.
         # Not when a seek came in between, though: a rebalance's recovery that sought the
         # partition (from its store's offset) while the records were on their way decides
         # where it reads on (`ConsumerThread.seek_back`).

@@ -31,14 +31,14 @@ is skipped.
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Iterable, MutableMapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from streamapp.joins.outcome import Arrival, Expiry, Outcome
 from streamapp.joins.window import JoinKind, JoinWindow, Side
 from streamapp.joins.write_back import WriteBack
-from streamapp.slot_index import PlannedSweep, SlotIndex
+from streamapp.slot_index import SlotIndex
 
 __all__ = [
     "Arrival",
@@ -90,23 +90,6 @@ class Pair:
     right: Entry | None
 
 
-class Outcome(enum.Enum):
-    ACCEPTED = "accepted"  # stored; its pairs (if any) emitted
-    LATE = "late"  # more than grace behind its side's clock: not joined
-    REPLAY = "replay"  # processed before and still stored: its pairs emitted again
-    SKIPPED = "skipped"  # processed before and gone: its output was delivered already
-    # Its id is the id of a record still stored on its side: not stored, not joined.
-    DUPLICATE = "duplicate"
-    # Not a processor outcome: the wiring could not decode the value, or read its time or id.
-    UNDECODABLE = "undecodable"
-
-
-@dataclass(frozen=True)
-class Arrival:
-    outcome: Outcome
-    pairs: tuple[Pair, ...] = ()
-
-
 @dataclass(frozen=True)
 class ExpiryIndex:
     """Time buckets of ``width_ms``: which keys may hold records expiring when.
@@ -139,13 +122,6 @@ class ExpiryIndex:
         1 ms a record goes exactly when the clock passes its expiry time.
         """
         return self.due_at(self.bucket_of(expires_after_ms)) <= clock_ms
-
-
-@dataclass
-class Expiry(PlannedSweep):
-    """What a sweep found; nothing is changed until `apply` (after the unmatched are sent)."""
-
-    unmatched: tuple[Pair, ...] = ()
 
 
 def _clock_key(p: int) -> str:
@@ -270,7 +246,7 @@ class JoinProcessor:
 
     # -- one record --
 
-    def process(self, side: Side, partition: int, key: str, entry: Entry) -> Arrival:
+    def process(self, side: Side, partition: int, key: str, entry: Entry) -> Arrival[Pair]:
         own = self.stores[side]
         other = self.stores[side.other]
         own_entries = self._held(side, partition, key)
@@ -368,20 +344,22 @@ class JoinProcessor:
             due = self.index.due_at(bucket)
             self._sweep_at[where] = due if at is None else min(at, due)
 
-    def plan_expiry(self, partition: int) -> Expiry:
+    def plan_expiry(self, partition: int) -> Expiry[Pair]:
         """The records of ``partition`` that the clocks have expired, on both sides.
 
         Returns the unmatched records the join kind emits; the stores change on `apply`.
         """
-        expiry = Expiry()
+        expiry: Expiry[Pair] = Expiry()
         unmatched: list[Pair] = []
         for side in (Side.LEFT, Side.RIGHT):
             driving = self.clock(side.other, partition)
             unmatched.extend(self._plan_side(side, partition, driving, expiry))
-        expiry.unmatched = tuple(unmatched)
+        expiry.emitted = tuple(unmatched)
         return expiry
 
-    def _plan_side(self, side: Side, partition: int, clock: int, expiry: Expiry) -> list[Pair]:
+    def _plan_side(
+        self, side: Side, partition: int, clock: int, expiry: Expiry[Pair]
+    ) -> list[Pair]:
         where = (side, partition)
         if where in self._sweep_at:
             at = self._sweep_at[where]

@@ -32,12 +32,15 @@ from dataclasses import dataclass
 __all__ = ["JoinKind", "JoinWindow", "Side"]
 
 
-class Side(enum.Enum):
+class Side(enum.StrEnum):
+    """The two inputs of a windowed join; each is also the name of its role (``"left"``)."""
+
     LEFT = "left"
     RIGHT = "right"
 
     @property
     def other(self) -> Side:
+        """The other side."""
         return Side.RIGHT if self is Side.LEFT else Side.LEFT
 
 
@@ -49,6 +52,8 @@ class JoinKind(enum.Enum):
     OUTER = "outer"  # both sides' records with no match
 
     def emits_unmatched(self, side: Side) -> bool:
+        """Whether records of ``side`` that expire with no match are emitted (paired with
+        None)."""
         if self is JoinKind.OUTER:
             return True
         return self is JoinKind.LEFT and side is Side.LEFT
@@ -56,7 +61,11 @@ class JoinKind(enum.Enum):
 
 @dataclass(frozen=True)
 class JoinWindow:
-    """Match ``r`` to ``l`` when ``l - before_ms <= r <= l + after_ms`` (see the module)."""
+    """Match ``r`` to ``l`` when ``l - before_ms <= r <= l + after_ms`` (see the module);
+    records of a side may come up to ``grace_ms`` out of order.
+
+    Raises ValueError for a negative bound or grace.
+    """
 
     before_ms: int
     after_ms: int
@@ -72,6 +81,7 @@ class JoinWindow:
         return cls(before_ms=ms, after_ms=ms, grace_ms=grace_ms)
 
     def matches(self, left_ms: int, right_ms: int) -> bool:
+        """Whether a left record of time ``left_ms`` and a right one of ``right_ms`` match."""
         return left_ms - self.before_ms <= right_ms <= left_ms + self.after_ms
 
     def is_late(self, time_ms: int, own_clock_ms: int) -> bool:
@@ -84,4 +94,6 @@ class JoinWindow:
         return time_ms + reach + self.grace_ms
 
     def is_expired(self, side: Side, time_ms: int, other_clock_ms: int) -> bool:
+        """Whether a ``side`` record of ``time_ms`` can match nothing more at the other side's
+        clock ``other_clock_ms``."""
         return other_clock_ms > self.expires_after(side, time_ms)

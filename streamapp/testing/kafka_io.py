@@ -18,7 +18,17 @@ async def create_topics(
     bootstrap: str, partitions: Mapping[str, int], configs: Mapping[str, str] | None = None
 ) -> None:
     """Create the topics that do not exist yet (with ``configs``); existing ones are left as they
-    are (Faust creates its internal topics, not the sources of its agents)."""
+    are (Faust creates its internal topics, not the sources of its agents).
+
+    Args:
+        bootstrap: The broker's bootstrap address.
+        partitions: Topic name -> partition count; replication factor 1.
+        configs: Topic configs for the topics created.
+
+    Raises:
+        aiokafka.errors.KafkaError: The broker refused to create one (a topic created
+            concurrently by someone else is fine).
+    """
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     await admin.start()
     try:
@@ -44,7 +54,14 @@ async def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
 
 
 async def produce(bootstrap: str, topic: str, seqs: range, key_of: Callable[[int], str]) -> None:
-    """One event per sequence number: key ``key_of(seq)``, value the number itself."""
+    """One event per sequence number: key ``key_of(seq)``, value the number itself.
+
+    Args:
+        bootstrap: The broker's bootstrap address.
+        topic: The topic to produce to (it must exist).
+        seqs: The sequence numbers, one record each, in order.
+        key_of: The record's key (a str, encoded as UTF-8) for a sequence number.
+    """
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=20)
     await producer.start()
     try:

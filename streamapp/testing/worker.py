@@ -29,7 +29,17 @@ class WorkerProcess:
 
     The log, ``<name>.log`` beside the data dir (``name`` defaults to the data dir's), is
     appended to across restarts, so a worker killed (SIGKILL: a crash, nothing flushed or
-    committed) and started again on the same data dir keeps one history.
+    committed) and started again on the same data dir keeps one history. The worker runs with
+    the current Python (``python -m streamapp worker``) on a free web port; used as a context
+    manager it is started on entry and stopped cleanly on exit.
+
+    Args:
+        app: The app, as ``MODULE:APP``.
+        bootstrap: The broker's bootstrap address.
+        data_dir: The worker's data dir (created if missing).
+        *extra: More ``streamapp worker`` options.
+        env: Environment variables added to this process's.
+        name: The log's name (default: the data dir's).
     """
 
     def __init__(
@@ -53,6 +63,7 @@ class WorkerProcess:
         self.starts = 0
 
     def start(self) -> WorkerProcess:
+        """Start the worker process (again, after a stop or kill); returns ``self``."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
         env = {
             **os.environ,
@@ -93,9 +104,15 @@ class WorkerProcess:
         return self
 
     def alive(self) -> bool:
+        """Whether the process runs."""
         return self.process is not None and self.process.poll() is None
 
     def get_json(self, path: str, timeout: float = 5.0) -> Any:
+        """``GET path`` on the worker's web port, decoded from JSON.
+
+        Raises:
+            urllib.error.URLError: The worker does not answer (one of `VIEW_ERRORS`).
+        """
         url = f"http://127.0.0.1:{self.web_port}{path}"
         with urllib.request.urlopen(url, timeout=timeout) as resp:
             return json.loads(resp.read())
@@ -109,13 +126,19 @@ class WorkerProcess:
         return view if isinstance(view, dict) else None
 
     def log_tail(self, lines: int = 40) -> str:
+        """The last ``lines`` lines of the worker's log (``"(no log)"`` when there is none)."""
         try:
             return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
         except OSError:
             return "(no log)"
 
     def wait_for(self, path: str, predicate: Any, timeout: float = 120.0) -> Any:
-        """Poll a web view until ``predicate(json)`` holds; fail with the worker's log if not."""
+        """Poll a web view every 0.5 s until ``predicate(json)`` holds, and return that JSON.
+
+        Raises:
+            AssertionError: The worker exited, or ``timeout`` seconds passed; the message
+                holds the last answer and the tail of the worker's log.
+        """
         deadline = time.monotonic() + timeout
         last: Any = None
         while time.monotonic() < deadline:
@@ -148,7 +171,11 @@ class WorkerProcess:
             self.process.send_signal(signal.SIGTERM)
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 60.0) -> int:
-        """Stop with ``sig`` (a clean shutdown by default), killing it after ``timeout``."""
+        """Stop with ``sig`` (a clean shutdown by default), killing it after ``timeout``.
+
+        Returns:
+            The process's exit status.
+        """
         assert self.process is not None
         if self.process.poll() is None:
             self.process.send_signal(sig)

@@ -1,4 +1,4 @@
-"""A table's changelog topic deleted while two workers run (issue 12), then created again with a
+"""A table's changelog topic deleted while two workers run, then created again with a
 wrong partition count, then with the right one.
 
 Each worker says in one line which changelog is wrong and how, and what to do; neither exits;

@@ -1,4 +1,4 @@
-"""A worker killed under exactly_once keeps its standby stores (issue 14), on a real broker.
+"""A worker killed under exactly_once keeps its standby stores, on a real broker.
 
 Under exactly_once a store this process wrote to may hold writes of the transaction the crash
 aborted, so it is discarded as the worker restarts and restored from the changelog. A standby's

@@ -1,5 +1,5 @@
-"""A client joins a streamapp group with a subscription envelope the broker cannot parse
-(issue 12): random bytes as the whole consumer-protocol subscription, not only its user data.
+"""A client joins a streamapp group with a subscription envelope the broker cannot parse:
+random bytes as the whole consumer-protocol subscription, not only its user data.
 
 What a Kafka 3.9.1 broker does with it (seen in its log): its classic group coordinator throws
 (``non-nullable field topics was serialized as null``) while completing the join, answers the

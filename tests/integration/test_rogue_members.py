@@ -1,4 +1,4 @@
-"""A stray member in a streamapp group (issue 12): two real workers on a real broker, then a plain
+"""A stray member in a streamapp group: two real workers on a real broker, then a plain
 aiokafka consumer joins their group under the ``streamapp`` protocol (tests/integration/apps/
 rogue_member.py), in turn with metadata that does not decode, with metadata that lies about
 everything it can (generation 10**6, every partition owned, offsets 10**9), and with metadata

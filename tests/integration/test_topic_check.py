@@ -74,6 +74,38 @@ async def join(stream: Any) -> None:
 """
 
 
+# A windowed join and a temporal stream-table join writing to output topics, late records to
+# dead-letter topics, bad records to the app's dead-letter topic.
+_JOINS_APP = """
+from streamapp import App
+from streamapp.aggregates import WindowedAggregate, Windows
+from streamapp.joins import JoinWindow, StreamTableJoin, WindowedJoin
+
+app = App({app_id!r}, topic_partitions=2, bad_record_policy="dead-letter")
+orders = app.topic("{run}-orders", partitions=3)
+payments = app.topic("{run}-payments", partitions=3)
+customers = app.topic("{run}-customers", partitions=3)
+WindowedJoin(
+    app,
+    "paid",
+    left=orders,
+    right=payments,
+    window=JoinWindow.within(10),
+    output=app.topic("{run}-paid"),
+    dead_letter_topic="{run}-late",
+)
+StreamTableJoin(
+    app,
+    "labelled",
+    stream=orders,
+    table=customers,
+    history_ms=1000,
+    output=app.topic("{run}-labelled", partitions=6),
+)
+WindowedAggregate.count(app, "counts", source=orders, windows=Windows.session(10), output=print)
+"""
+
+
 class AppModule:
     """An app module of one test: its name for -A, its topics, and the changelog of its table."""
 
@@ -250,6 +282,43 @@ def test_topics_create_creates_the_declared_topics(kafka_bootstrap: str, app_dir
     again = _streamapp(*args)
     assert again.returncode == 0, again.stderr
     assert again.stdout.splitlines() == [f"already there: {topic} ({PARTITIONS} partitions)"]
+
+
+def test_topics_create_creates_the_topics_joins_write_to(
+    kafka_bootstrap: str, app_dir: Path
+) -> None:
+    names = _names()
+    run = names["run"]
+    app = AppModule(app_dir, _JOINS_APP, **names)
+    args = ("topics", "create", "-A", app.spec, "--broker", kafka_bootstrap)
+    asyncio.run(create_topic(kafka_bootstrap, f"{run}-payments", 3))  # one there already
+    first = _streamapp(*args)
+    assert first.returncode == 0, first.stderr
+    created = ", replication factor 1)"
+    assert first.stdout.splitlines() == [
+        f"created {run}-customers (3 partitions{created}",
+        f"created {run}-orders (3 partitions{created}",
+        f"created {run}-labelled (6 partitions{created}: output of join labelled",
+        f"created {run}-late (1 partition{created}: late records of join paid",
+        f"created {run}-paid (3 partitions{created}: output of join paid",
+        f"created {names['app_id']}-dead-letters (1 partition{created}: dead letters "
+        "(bad_record_policy)",
+        f"already there: {run}-payments (3 partitions)",
+    ]
+    counts = asyncio.run(_partition_counts(kafka_bootstrap))
+    assert counts[f"{run}-paid"] == 3 and counts[f"{run}-labelled"] == 6
+    again = _streamapp(*args)
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.splitlines() == [
+        f"already there: {run}-customers (3 partitions)",
+        f"already there: {run}-orders (3 partitions)",
+        f"already there: {run}-payments (3 partitions)",
+        f"already there: {run}-labelled (6 partitions): output of join labelled",
+        f"already there: {run}-late (1 partition): late records of join paid",
+        f"already there: {run}-paid (3 partitions): output of join paid",
+        f"already there: {names['app_id']}-dead-letters (1 partition): dead letters "
+        "(bad_record_policy)",
+    ]
 
 
 def test_topics_create_creates_nothing_when_the_result_could_not_be_joined(

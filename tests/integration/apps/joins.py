@@ -10,7 +10,7 @@ import os
 from typing import Any
 
 from streamapp import App
-from streamapp.joins import JoinWindow, stream_table_join, windowed_join
+from streamapp.joins import JoinWindow, Source, StreamTableJoin, WindowedJoin
 
 APP_ID = os.environ.get("JOINIT_APP_ID", "it-joins")
 PARTITIONS = int(os.environ.get("JOINIT_PARTITIONS", "4"))
@@ -40,20 +40,18 @@ payments = app.topic(f"{APP_ID}-payments", **json_topic)
 paid = app.topic(f"{APP_ID}-paid", **json_topic)
 late = f"{APP_ID}-late"
 
-orders_payments = windowed_join(
+orders_payments = WindowedJoin(
     app,
     "orders-payments",
-    left=orders,
-    right=payments,
+    left=Source(orders, time_ms=lambda order: order["ts"]),
+    right=Source(payments, time_ms=lambda payment: payment["ts"]),
     window=WINDOW,
     kind=KIND,
     partitions=PARTITIONS,
-    left_time_ms=lambda order: order["ts"],
-    right_time_ms=lambda payment: payment["ts"],
     output=paid,
-    combine=lambda order, payment: {
-        "order": order["id"],
-        "payment": payment["id"] if payment else None,
+    to_value=lambda result: {
+        "order": result.left["id"],
+        "payment": result.right["id"] if result.right else None,
     },
     dead_letter_topic=late,
     batch_records=BATCH,
@@ -63,18 +61,18 @@ if os.environ.get("JOINIT_TABLE_JOIN", "0") == "1":
     shipments = app.topic(f"{APP_ID}-shipments", **json_topic)
     customers = app.topic(f"{APP_ID}-customers", **json_topic)
     labelled = app.topic(f"{APP_ID}-labelled", **json_topic)
-    shipments_customers = stream_table_join(
+    shipments_customers = StreamTableJoin(
         app,
         "shipments-customers",
         stream=shipments,
-        table_topic=customers,
+        table=customers,
         partitions=PARTITIONS,
         global_table=GLOBAL,
         kind="left",
         output=labelled,
-        combine=lambda shipment, customer: {
-            "shipment": shipment["id"],
-            "customer": customer["name"] if customer else None,
+        to_value=lambda result: {
+            "shipment": result.value["id"],
+            "customer": result.table_value["name"] if result.table_value else None,
         },
         batch_records=BATCH,
     )

@@ -17,7 +17,7 @@ import os
 from typing import Any
 
 from streamapp import App
-from streamapp.aggregates import Windows, windowed_aggregate, windowed_count
+from streamapp.aggregates import Source, WindowedAggregate, Windows
 
 APP_ID = os.environ.get("WINIT_APP_ID", "it-windows")
 PARTITIONS = int(os.environ.get("WINIT_PARTITIONS", "4"))
@@ -42,24 +42,22 @@ json_topic: dict[str, Any] = {
 }
 clicks = app.topic(f"{APP_ID}-clicks", **json_topic)
 
-counts = windowed_count(
+counts = WindowedAggregate.count(
     app,
     "counts",
-    source=clicks,
+    source=Source(clicks, time_ms=lambda click: click["ts"]),
     windows=TUMBLING,
     partitions=PARTITIONS,
-    time_ms=lambda click: click["ts"],
     output=app.topic(f"{APP_ID}-counts", **json_topic),
 )
-sums = windowed_aggregate(
+sums = WindowedAggregate(
     app,
     "sums",
-    source=clicks,
+    source=Source(clicks, time_ms=lambda click: click["ts"]),
     windows=HOPPING,
     partitions=PARTITIONS,
     initial=lambda: 0,
     fold=lambda total, click: total + click["n"],
-    time_ms=lambda click: click["ts"],
     output=app.topic(f"{APP_ID}-sums", **json_topic),
     dead_letter_topic=f"{APP_ID}-late",
 )

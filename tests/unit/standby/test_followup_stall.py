@@ -1,4 +1,4 @@
-"""Warmups that make no progress stop triggering follow-up rebalances (issue 12); and the
+"""Warmups that make no progress stop triggering follow-up rebalances; and the
 leader's check of member-reported offsets against the broker's end, over time."""
 
 from __future__ import annotations

@@ -183,7 +183,7 @@ async def test_a_wake_up_takes_the_queue_up_to_max_records_with_one_count() -> N
     assert taken == list(range(100))  # in order, up to max_records
     assert queue.qsize() == 150
     # asyncio's get_nowait tests empty() once per item; _take adds one before the count and
-    # one after, not one per record (docs/throughput.md).
+    # one after, not one per record (docs/performance.md).
     assert queue.empty_calls <= len(taken) + 2
     assert await _take(queue, 1000, None) == list(range(100, 250))
 

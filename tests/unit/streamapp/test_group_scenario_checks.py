@@ -1,4 +1,4 @@
-"""The leader's checks of what members say (issue 12): offsets against the broker's end offsets,
+"""The leader's checks of what members say: offsets against the broker's end offsets,
 claims against the group's generation. Pure: facts in, checked facts and a scenario out."""
 
 from __future__ import annotations

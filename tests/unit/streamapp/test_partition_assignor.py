@@ -175,7 +175,7 @@ def test_leader_plans_and_members_apply_even_with_bad_metadata(
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert sum("m-garbage" in w for w in warnings) == 1  # one warning per member, not per round
     assert sum("m-truncated" in w and "given no partitions" in w for w in warnings) == 1
-    # Unreadable metadata: no work at all (issue 12), the readable members share everything.
+    # Unreadable metadata: no work at all, the readable members share everything.
     assert out["m-garbage"].assignment == [] and out["m-truncated"].assignment == []
     owned: dict[str, set[int]] = {}
     for assignment in (out["m-self"], out["m-good"]):

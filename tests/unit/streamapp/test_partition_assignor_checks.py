@@ -1,4 +1,4 @@
-"""The leader trusts only what it can check (issue 12), through the Faust adapter: a real faust
+"""The leader trusts only what it can check, through the Faust adapter: a real faust
 App, real rocksdict stores and the real replica runtime, with a stand-in for the cluster metadata
 (as in test_partition_assignor.py) and for the consumer the runtime reads end offsets through."""
 

@@ -1,4 +1,4 @@
-"""streamapp's worker builds no DEBUG log record at ``-l warning``; Faust's did (issue 16).
+"""streamapp's worker builds no DEBUG log record at ``-l warning``; Faust's did.
 
 The worker's logging is set up as Faust's worker sets it up (mode's ``setup_logging``, then the
 worker's ``on_setup_root_logger``), and a `logging.LogRecord` factory counts what a debug call

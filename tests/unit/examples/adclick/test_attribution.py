@@ -1,7 +1,7 @@
 """The demo's attribution without a broker: the rule, and the framework join it runs on.
 
 `Demo` feeds clicks and impressions through `streamapp.joins.core.JoinProcessor` over two dicts,
-configured as examples/adclick/app.py configures `windowed_join` (left join, clicks on the
+configured as examples/adclick/app.py configures `WindowedJoin` (left join, clicks on the
 left, the widened window, click and auction ids), and judges each output as the app does.
 """
 

@@ -94,7 +94,7 @@ async def test_an_impression_goes_on_to_its_campaign_as_it_came(
     from types import SimpleNamespace
 
     from examples.adclick import app as demo
-    from streamapp.joins import JoinRecord, Outcome, Side
+    from streamapp.joins import Outcome, Side, SourceRecord
 
     sent: list[tuple[Any, Any, Any, Any]] = []
 
@@ -107,6 +107,6 @@ async def test_an_impression_goes_on_to_its_campaign_as_it_came(
     message = SimpleNamespace(value=raw)
     impression = decode_impression(raw)
     await demo._on_record(
-        JoinRecord(Side.RIGHT, "a1", impression, 10, 0, Outcome.ACCEPTED, message)
+        SourceRecord(Side.RIGHT, "a1", impression, 10, 0, Outcome.ACCEPTED, message)
     )
     assert sent == [(message, demo.campaign_impressions_topic, b"c7", raw)]

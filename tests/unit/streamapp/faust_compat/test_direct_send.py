@@ -1,5 +1,5 @@
 """``Topic.send`` hands the record to the producer in one coroutine, doing what Faust's
-layers do (issue 16, `streamapp.faust_compat.direct_send`).
+layers do (`streamapp.faust_compat.direct_send`).
 
 Each parity case sends one record through `streamapp.App`'s topic and through Faust's own
 ``faust.Topic`` on the same app, and compares what the producer is handed, what the sensors

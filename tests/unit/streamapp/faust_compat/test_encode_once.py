@@ -1,4 +1,4 @@
-"""A streamapp table write encodes its key and value once, to the same bytes Faust wrote (issue 16).
+"""A streamapp table write encodes its key and value once, to the same bytes Faust wrote.
 
 A real rocksdict store in a temporary directory; the producer is a stand-in that keeps the
 changelog records Faust hands it, so no broker is needed. JSON encodings are counted where

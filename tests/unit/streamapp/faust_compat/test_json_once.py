@@ -1,4 +1,4 @@
-"""Faust's json codec without its per-call setup: the codec's bytes and values (issue 16)."""
+"""Faust's json codec without its per-call setup: the codec's bytes and values."""
 
 from __future__ import annotations
 

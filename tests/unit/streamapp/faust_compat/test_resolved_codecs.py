@@ -1,4 +1,4 @@
-"""Codecs looked up once give the same bytes and values as Faust's registry (issue 16)."""
+"""Codecs looked up once give the same bytes and values as Faust's registry."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""What an agent sends is encoded with codecs looked up once, the same bytes as Faust's topic
-(issue 16).
+"""What an agent sends is encoded with codecs looked up once, the same bytes as Faust's topic.
 
 Each case sends one record through `streamapp.App`'s topic and through Faust's own
 ``faust.Topic`` made with the same arguments on the same app, and compares what each hands the

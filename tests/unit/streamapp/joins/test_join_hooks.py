@@ -15,7 +15,17 @@ import pytest
 from faust.exceptions import ValueDecodeError
 
 from streamapp import App
-from streamapp.joins import JoinRecord, JoinResult, JoinWindow, Outcome, Side, windowed_join
+from streamapp.bad_records import Stage
+from streamapp.joins import (
+    JoinResult,
+    JoinWindow,
+    Outcome,
+    Side,
+    Source,
+    SourceRecord,
+    UndecodableRecord,
+    WindowedJoin,
+)
 from streamapp.joins.core import Entry, ExpiryIndex, JoinProcessor, held_entries
 from streamapp.joins.window import JoinKind
 
@@ -55,34 +65,41 @@ def _message(topic: str, offset: int, key: str, value: bytes) -> Any:
     )
 
 
-@pytest.fixture
-def wired(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
-    app = App("hooks-test", datadir=str(tmp_path), store="memory://", topic_partitions=1)
+def _wire(tmp_path: Path, policy: str) -> Any:
+    app = App(
+        "hooks-test",
+        datadir=str(tmp_path),
+        store="memory://",
+        topic_partitions=1,
+        bad_record_policy=policy,
+    )
     json_topic: dict[str, Any] = {"key_type": str, "key_serializer": "raw"}
     left = app.topic("hooks-left", value_serializer="json", **json_topic)
     right = app.topic("hooks-right", value_serializer="json", **json_topic)
     results: list[JoinResult[Any, Any]] = []
-    records: list[JoinRecord] = []
+    records: list[SourceRecord] = []
 
-    async def on_record(record: JoinRecord) -> None:
+    async def on_record(record: SourceRecord) -> None:
         records.append(record)
 
-    join = windowed_join(
+    join = WindowedJoin(
         app,
         "hooks",
-        left=left,
-        right=right,
+        left=Source(left, time_ms=lambda v: v["ts"], id=lambda v: v["id"]),
+        right=Source(right, time_ms=lambda v: v["ts"]),
         window=WINDOW,
         kind="left",
         partitions=1,
         output=results.append,
-        left_time_ms=lambda v: v["ts"],
-        right_time_ms=lambda v: v["ts"],
-        left_id=lambda v: v["id"],
         on_record=on_record,
     )
     join.processor = JoinProcessor(WINDOW, JoinKind.LEFT, {}, {}, index=ExpiryIndex(1))
-    return SimpleNamespace(join=join, results=results, records=records)
+    return SimpleNamespace(app=app, join=join, results=results, records=records)
+
+
+@pytest.fixture
+def wired(tmp_path: Path) -> Any:
+    return _wire(tmp_path, "skip")
 
 
 async def test_on_record_sees_every_record_with_its_outcome_and_source(wired: Any) -> None:
@@ -108,18 +125,58 @@ async def test_on_record_sees_every_record_with_its_outcome_and_source(wired: An
     assert results[0].message is pair_source
 
 
-async def test_an_undecodable_record_is_reported_then_raised_for_the_bad_record_policy(
+async def test_an_undecodable_record_is_reported_then_skipped_by_the_bad_record_policy(
     wired: Any,
 ) -> None:
     join, records = wired.join, wired.records
-    with pytest.raises(ValueDecodeError):
-        await join.on_message(_message("hooks-left", 0, "k", b"\xff not json"))
+    await join.on_message(_message("hooks-left", 0, "k", b"\xff not json"))
     # A value that decodes but has no time is bad too.
-    with pytest.raises(KeyError):
-        await join.on_message(_message("hooks-left", 1, "k", b'{"id": "x"}'))
+    await join.on_message(_message("hooks-left", 1, "k", b'{"id": "x"}'))
+    # A record with no key cannot be joined.
+    await join.on_message(
+        SimpleNamespace(**{**vars(_message("hooks-left", 2, "k", b"{}")), "key": None})
+    )
     assert [(r.outcome, r.value, r.time_ms) for r in records] == [
         (Outcome.UNDECODABLE, None, None),
         (Outcome.UNDECODABLE, None, None),
+        (Outcome.UNDECODABLE, None, None),
     ]
-    assert isinstance(records[0].error, ValueDecodeError)
+    errors = [r.error for r in records]
+    assert all(isinstance(e, UndecodableRecord) for e in errors)
+    assert [e.stage for e in errors if isinstance(e, UndecodableRecord)] == [
+        Stage.VALUE_DECODE,
+        Stage.PROCESSING,
+        Stage.PROCESSING,
+    ]
+    # Each error names the record that caused it.
+    assert "join hooks: record hooks-left[0]@0: value does not decode: ValueDecodeError" in str(
+        errors[0]
+    )
+    assert "hooks-left[0]@1: no event time" in str(errors[1])
+    assert "hooks-left[0]@2: no key" in str(errors[2])
     assert join.processor.stored(Side.LEFT, "aw==") == []
+    # Skipped and counted, by where each went bad.
+    counts = wired.app.streamapp_bad_records.counts
+    assert counts.as_json() == {"hooks-left": {"skipped": 3, "dead_lettered": 0}}
+    assert counts.by_stage == {
+        ("skipped", "hooks-left", "value-decode"): 1,
+        ("skipped", "hooks-left", "processing"): 2,
+    }
+    # Nothing was stored: a good record of the key is joined as if they never came.
+    await join.on_message(
+        _message("hooks-left", 3, "k", json.dumps({"id": "x", "ts": 100}).encode())
+    )
+    await join.on_message(_message("hooks-right", 0, "k", json.dumps({"ts": 200}).encode()))
+    assert [(r.left, r.right) for r in wired.results] == [({"id": "x", "ts": 100}, {"ts": 200})]
+
+
+async def test_under_fail_an_undecodable_record_raises_its_error_after_the_hook(
+    tmp_path: Path,
+) -> None:
+    wired = _wire(tmp_path, "fail")
+    with pytest.raises(UndecodableRecord) as raised:
+        await wired.join.on_message(_message("hooks-left", 7, "k", b"\xff not json"))
+    assert isinstance(raised.value.cause, ValueDecodeError)
+    assert "hooks-left[0]@7" in str(raised.value)
+    assert [r.outcome for r in wired.records] == [Outcome.UNDECODABLE]
+    assert wired.join.processor.stored(Side.LEFT, "aw==") == []

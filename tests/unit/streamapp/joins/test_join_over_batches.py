@@ -18,7 +18,7 @@ from faust.types import TP
 
 from streamapp import App
 from streamapp.batches import Batch
-from streamapp.joins import JoinResult, JoinWindow, windowed_join
+from streamapp.joins import JoinResult, JoinWindow, Source, WindowedJoin
 from streamapp.joins import _io as join_io
 from streamapp.joins.core import Expiry, ExpiryIndex, JoinProcessor
 from streamapp.joins.window import JoinKind
@@ -53,18 +53,15 @@ def _wire(tmp_path: Path, name: str, batched: bool) -> Any:
     left = app.topic(f"{name}-left", value_serializer="json", **json_topic)
     right = app.topic(f"{name}-right", value_serializer="json", **json_topic)
     results: list[JoinResult[Any, Any]] = []
-    join = windowed_join(
+    join = WindowedJoin(
         app,
         name,
-        left=left,
-        right=right,
+        left=Source(left, time_ms=lambda v: v["ts"], id=lambda v: v["id"]),
+        right=Source(right, time_ms=lambda v: v["ts"]),
         window=WINDOW,
         kind="left",
         partitions=1,
         output=results.append,
-        left_time_ms=lambda v: v["ts"],
-        right_time_ms=lambda v: v["ts"],
-        left_id=lambda v: v["id"],
         batch_records=100 if batched else None,
     )
     stores: tuple[Any, Any] = (WriteBack({}), WriteBack({})) if batched else ({}, {})

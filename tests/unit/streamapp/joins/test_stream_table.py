@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from streamapp.joins import JoinKind, TableLookup
+from streamapp.joins import JoinKind, Outcome, TableHistory, TableLookup
 
 
 def test_stream_record_sees_the_latest_table_value() -> None:
@@ -43,3 +43,12 @@ def test_a_later_update_does_not_change_what_was_emitted() -> None:
 def test_outer_is_refused() -> None:
     with pytest.raises(ValueError):
         TableLookup("outer", {})
+
+
+def test_a_plain_lookup_reads_a_temporal_table_and_back() -> None:
+    store: dict[str, Any] = {}
+    TableLookup("left", store).update("c1", "Ada")
+    history = TableHistory("left", store, history_ms=100)
+    assert history.lookup(0, "c1", -5) == (Outcome.ACCEPTED, "Ada")  # valid from the start
+    history.update(0, "c1", 100, "Ada L.")
+    assert TableLookup("left", store).lookup("c1") == (True, "Ada L.")
