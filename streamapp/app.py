@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from faust.utils.urls import urllist
+from mode.utils.objects import cached_property
 
 from streamapp import assignment_wiring
 from streamapp.bad_records import BadRecordPolicy, BadRecords
@@ -16,6 +17,7 @@ from streamapp.faust_compat.access import consumer_if_created
 from streamapp.faust_compat.app import FaustApp
 from streamapp.runtime.consumer import Consumer as StreamappConsumer
 from streamapp.runtime.driver import driver_urls
+from streamapp.runtime.flow import FlowControl
 from streamapp.settings import RebalanceProtocol, StreamappSettings, resolve
 from tables import clean_shutdown, damaged
 
@@ -185,6 +187,19 @@ class App(FaustApp):
         super().__init__(id, **options)
         self.streamapp_bad_records = BadRecords(self)
         assignment_wiring.install(self)
+
+    @cached_property
+    def flow_control(self) -> FlowControl:
+        """Faust's flow control, whose clear hands what it drops back to the consumer
+        (`streamapp.runtime.flow`)."""
+        flow = FlowControl(loop=self.loop)
+        flow.on_dropped = self._on_dropped
+        return flow
+
+    def _on_dropped(self, events: Any) -> None:
+        consumer = consumer_if_created(self)
+        if isinstance(consumer, StreamappConsumer):
+            consumer.on_dropped(events)
 
     def GlobalTable(self, name: str, **kwargs: Any) -> Any:
         """Faust's GlobalTable, whose changelog records are stored as they arrive, for good.

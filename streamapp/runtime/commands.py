@@ -39,6 +39,16 @@ class Commands:
         self.pending.set()
         return await future
 
+    def submit(self, command: Callable[[], Awaitable[Any]]) -> None:
+        """Queue ``command`` for the loop's next round, from code that cannot await it (when
+        the loop is not running, it runs as a task of its own)."""
+        if not self.taking:
+            asyncio.ensure_future(command())
+            return
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._queue.append((command, future))
+        self.pending.set()
+
     async def run_queued(self) -> None:
         """Run every queued command, in order (the loop's task calls this)."""
         while self._queue:

@@ -148,6 +148,22 @@ class Consumer(Service, ConsumerT):
             self.ack(message)
         return final
 
+    def on_dropped(self, events: Iterable[Any]) -> None:
+        """Records were dropped from the streams' queues unprocessed (``app.flow_control``'s
+        clear): each partition still held goes back to its first of them, which go out once
+        more, and nothing else twice (`offsets.OffsetLedger.rewind`)."""
+        partitions: set[TP] = set()
+        for event in events:
+            message = getattr(event, "message", None)
+            if message is None or message.acked:
+                continue
+            tp = message.tp
+            if tp in self.assigned and tp not in self.giving_up:
+                if self.ledger.drop(tp, message.offset, message):
+                    partitions.add(tp)
+        if partitions:
+            self.commands.submit(lambda: self.fetch_loop.rewind(partitions))
+
     @property
     def unacked(self) -> set[Message]:
         """Records streams have taken and not processed yet (Faust's streams add to it)."""
@@ -198,11 +214,7 @@ class Consumer(Service, ConsumerT):
         return await self.fetch_loop.committer.commit(tps, start_new_transaction)
 
     def _select(self, topics: TPorTopicSet) -> set[TP]:
-        return {
-            tp
-            for tp in self.ledger.partitions()
-            if tp in topics or tp.topic in topics
-        }
+        return {tp for tp in self.ledger.partitions() if tp in topics or tp.topic in topics}
 
     async def on_task_error(self, exc: BaseException) -> None:
         await self.commit()

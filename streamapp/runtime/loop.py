@@ -256,9 +256,13 @@ class FetchLoop:
         """Hand a partition's records to the conductor, in offset order."""
         consumer = self.consumer
         callback = consumer.callback
-        handed_out = consumer.ledger.handed_out
+        ledger = consumer.ledger
+        handed_out = ledger.handed_out
+        admit = ledger.admit
         generation = self.app.consumer_generation_id
         for record in records:
+            if not admit(tp, record.offset):
+                continue  # handed out already: records dropped before it come once more
             timestamp = record.timestamp
             message = ConsumerMessage(
                 record.topic,
@@ -290,6 +294,29 @@ class FetchLoop:
             pass  # no longer assigned: its next owner reads it from the committed offset
 
     # -- positions (commands run these in the loop's task) -------------------------------------
+
+    async def rewind(self, tps: Iterable[TP]) -> None:
+        """Seek each partition back to its first record dropped unprocessed (`flow.FlowControl`),
+        from where the ledger lets those records out once more and nothing else twice."""
+        client = self.client
+        if client is None:
+            return
+        for tp in sorted(tps):
+            if tp not in self.consumer.assigned or tp in self.consumer.giving_up:
+                continue
+            found = self.consumer.ledger.rewind(tp)
+            if found is None:
+                continue
+            first, count = found
+            logger.warning(
+                "streamapp: %s[%d]: %d record(s) dropped from a stream queue unprocessed; the "
+                "partition goes back to %d to process them",
+                tp.topic,
+                tp.partition,
+                count,
+                first,
+            )
+            self._seek_back(tp, first)
 
     async def seek(self, offsets: Mapping[TP, int]) -> None:
         """Move each partition's position (a stream partition's records handed out before

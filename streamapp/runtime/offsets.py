@@ -27,6 +27,15 @@ Partition = TypeVar("Partition", bound=Hashable)
 
 
 @dataclass(slots=True)
+class _Redo:
+    """Records dropped unprocessed, to hand out once more as the partition is read again from
+    the first of them: the others up to ``through`` went out already and are skipped."""
+
+    offsets: set[int]
+    through: int
+
+
+@dataclass(slots=True)
 class _Ledger:
     handed: deque[int] = field(default_factory=deque)
     #: offset -> the record handed out, for those not processed yet.
@@ -35,6 +44,10 @@ class _Ledger:
     mark: int | None = None
     #: The offset last committed (None: unknown or none).
     committed: int | None = None
+    #: Records dropped unprocessed, not yet sought back to (`drop`), then being handed out
+    #: once more (`rewind`).
+    dropped: set[int] = field(default_factory=set)
+    redo: _Redo | None = None
 
 
 class OffsetLedger(Generic[Partition]):
@@ -53,10 +66,49 @@ class OffsetLedger(Generic[Partition]):
 
     def handed_out(self, tp: Partition, offset: int, record: object) -> None:
         """Note ``record`` handed to the streams; offsets come in increasing order per partition
-        (a seek back first calls `restart`)."""
+        (a seek back first calls `restart`, or `rewind` for records dropped unprocessed)."""
         ledger = self._ledger(tp)
-        ledger.handed.append(offset)
+        if offset not in ledger.unprocessed:
+            ledger.handed.append(offset)
         ledger.unprocessed[offset] = record
+
+    def admit(self, tp: Partition, offset: int) -> bool:
+        """Whether the record at ``offset`` goes to the streams: False for one handed out
+        already while the partition hands dropped records out once more (`rewind`)."""
+        ledger = self._ledgers.get(tp)
+        if ledger is None or ledger.redo is None:
+            return True
+        redo = ledger.redo
+        if offset > redo.through:
+            ledger.redo = None
+            return True
+        if offset in redo.offsets:
+            redo.offsets.discard(offset)
+            if not redo.offsets:
+                ledger.redo = None
+            return True
+        return False
+
+    def drop(self, tp: Partition, offset: int, record: object) -> bool:
+        """``record`` was dropped from a stream's queue unprocessed: it will go out once more
+        (True), if it is one handed out and unprocessed."""
+        ledger = self._ledgers.get(tp)
+        if ledger is None or ledger.unprocessed.get(offset) is not record:
+            return False
+        ledger.dropped.add(offset)
+        return True
+
+    def rewind(self, tp: Partition) -> tuple[int, int] | None:
+        """The partition is about to be read again from its first dropped record: returns that
+        offset and how many were dropped (None: nothing to go back for)."""
+        ledger = self._ledgers.get(tp)
+        if ledger is None or not ledger.dropped or not ledger.handed:
+            return None
+        dropped, ledger.dropped = ledger.dropped, set()
+        if ledger.redo is not None:  # dropped again before all came back
+            dropped |= ledger.redo.offsets
+        ledger.redo = _Redo(offsets=set(dropped), through=ledger.handed[-1])
+        return min(dropped), len(dropped)
 
     def ack(self, tp: Partition, offset: int, record: object) -> bool:
         """Note ``record`` processed; False if it is not one handed out and unprocessed."""

@@ -81,6 +81,8 @@ class Rebalance:
         self.everything_revoked = True
         #: Gained stream partitions waiting for their tables' recovery.
         self.waiting: set[TP] = set()
+        #: The last assignment followed a revocation of everything (or was the first).
+        self.fresh_start = True
 
     async def revoke(self, revoked: set[TP]) -> None:
         consumer = self.consumer
@@ -92,7 +94,11 @@ class Rebalance:
             await app.on_partitions_revoked.send(revoked)
             return
         streams = {tp for tp in held if not consumer.is_changelog(tp)}
-        logger.info("streamapp: giving up %s", partitions_text(held))
+        if not self.everything_revoked:
+            logger.info(
+                "streamapp: giving up %s, processing the rest on (incremental rebalance)",
+                partitions_text(held),
+            )
         consumer.giving_up |= streams
         if streams:
             done = await consumer.wait_for_acks(
@@ -109,6 +115,11 @@ class Rebalance:
             if consumer.in_transaction:
                 await committer.commit_between_records(streams, start_new_transaction=False)
                 await consumer.transactions.on_rebalance(set(), streams, set())
+                logger.info(
+                    "streamapp: transactional producers stopped for %s (exactly_once; the "
+                    "partitions kept keep theirs)",
+                    partitions_text(streams),
+                )
             else:
                 await committer.commit_processed(streams)
         app.tables.on_partitions_revoked(held)
@@ -130,20 +141,33 @@ class Rebalance:
             await self.revoke(lost)
         gained = assigned - consumer.assigned
         revoked, self.revoked_since = self.revoked_since, set()
+        self.fresh_start = self.everything_revoked
         if self.everything_revoked:
             app.consumer_generation_id = generation
             self.everything_revoked = False
+        else:
+            logger.info(
+                "streamapp: incremental rebalance: kept %d partition(s) flowing, gained %s, "
+                "lost %s",
+                len(consumer.assigned & assigned),
+                partitions_text(gained),
+                partitions_text(revoked),
+            )
         consumer.assigned = set(assigned)
         gained_streams = {tp for tp in gained if not consumer.is_changelog(tp)}
         consumer.held |= gained_streams
         self.waiting |= gained_streams
-        if gained:
-            logger.info("streamapp: gained %s", partitions_text(gained))
         await app.agents.on_rebalance(revoked, gained)
         await app.topics.maybe_wait_for_subscriptions()
         await app.topics.on_partitions_assigned(assigned)
         if consumer.in_transaction and gained_streams:
             await consumer.transactions.on_rebalance(gained_streams, set(), gained_streams)
+            if not self.fresh_start:
+                logger.info(
+                    "streamapp: transactional producers started for %s (exactly_once; previous "
+                    "owners fenced)",
+                    partitions_text(gained_streams),
+                )
         await app.tables.on_rebalance(assigned, revoked, gained, generation)
         await app.on_partitions_assigned.send(assigned)
         app.on_rebalance_return()
@@ -161,4 +185,11 @@ class Rebalance:
         if not self.app.flow_control.is_active():
             self.app.flow_control.resume()
         consumer.flow_active = True
-        self.app.on_rebalance_end()
+        if self.app.rebalancing:
+            self.app.on_rebalance_end()
+        if self.fresh_start:
+            logger.info("Worker ready")
+        else:
+            logger.info(
+                "streamapp: incremental rebalance done, resumed %s", partitions_text(waiting)
+            )
