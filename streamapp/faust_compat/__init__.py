@@ -41,12 +41,11 @@ our own). Set ``STREAMAPP_SKIP_FAUST_CHECK=1`` to try other versions at your own
 
 from __future__ import annotations
 
-import dis
-import importlib
 import os
-from collections.abc import Iterator
 from importlib import metadata
-from types import CodeType, FunctionType
+
+# The name check is shared with the runtime's own (`streamapp.runtime.library_check`).
+from streamapp.runtime.library_check import has_name, name_problems
 
 #: The releases every touch point was checked against (pyproject.toml pins the same).
 PINNED_VERSIONS = {"faust-streaming": "0.15.3", "aiokafka": "0.14.0"}
@@ -243,79 +242,12 @@ PRIVATE_NAMES: dict[str, tuple[str, ...]] = {
 }
 
 
+#: A listed name counts as present if the class has it or its code sets or reads it on self.
+_has_name = has_name
+
+
 class FaustCompatError(ImportError):
     """The installed Faust or aiokafka is not what streamapp's touch points were written for."""
-
-
-#: Bytecode that reads, calls, sets or deletes an attribute of the object just loaded.
-_ATTRIBUTE_OPS = frozenset({"LOAD_ATTR", "LOAD_METHOD", "STORE_ATTR", "DELETE_ATTR"})
-#: Bytecode that loads a local or closure variable (``self`` in a method or in a closure);
-#: later CPythons add variants (LOAD_FAST_CHECK, LOAD_FAST_LOAD_FAST, LOAD_FAST_BORROW, ...).
-_LOAD_VARIABLE = ("LOAD_FAST", "LOAD_DEREF", "LOAD_CLOSURE", "LOAD_CLASSDEREF")
-#: Where a descriptor keeps its functions: staticmethod, classmethod, property, wraps.
-_FUNCTION_SLOTS = ("__func__", "fget", "fset", "fdel", "func", "__wrapped__")
-
-
-def _code_objects(cls: type) -> Iterator[CodeType]:
-    """The code of every function defined in ``cls`` and its bases, nested code included
-    (closures, comprehensions), functions held by descriptors too (property, classmethod,
-    mode's cached_property, which keeps them in its ``__dict__``)."""
-    for klass in cls.__mro__:
-        for value in vars(klass).values():
-            todo = [
-                code
-                for held in _held_functions(value)
-                if isinstance(code := getattr(held, "__code__", None), CodeType)
-            ]
-            while todo:
-                code = todo.pop()
-                yield code
-                todo.extend(c for c in code.co_consts if isinstance(c, CodeType))
-
-
-def _held_functions(value: object) -> list[object]:
-    """A class attribute and what it holds that may be a function."""
-    if isinstance(value, type):
-        return []  # a nested class: its code is its own
-    held = [value]
-    try:
-        held += [getattr(value, slot, None) for slot in _FUNCTION_SLOTS]
-        if not isinstance(value, FunctionType):
-            held += list(vars(value).values())
-    except Exception:  # an attribute that is no plain object (a proxy) holds no code of ours
-        pass
-    return held
-
-
-def _has_name(cls: type, name: str) -> bool:
-    """True if ``name`` is an attribute of ``cls``, or the code of ``cls`` or one of its bases
-    reads, sets or deletes ``self.<name>`` (an instance attribute, set in ``__init__`` or
-    elsewhere).
-
-    Read from the compiled code, not the source: ``inspect.getsource`` parses each class's
-    whole module again (about 1.5 s of every worker's import for these names); the bytecode
-    is already in memory, and a name only in a comment or a string does not count.
-    """
-    if hasattr(cls, name):
-        return True
-    for code in _code_objects(cls):
-        if name not in code.co_names:  # most code never names it: no need to disassemble
-            continue
-        self_loaded = False  # the instruction before loaded ``self``
-        for instruction in dis.get_instructions(code):
-            if self_loaded and instruction.opname in _ATTRIBUTE_OPS and instruction.argval == name:
-                return True
-            self_loaded = _loads_self(instruction)
-    return False
-
-
-def _loads_self(instruction: dis.Instruction) -> bool:
-    if not instruction.opname.startswith(_LOAD_VARIABLE):
-        return False
-    loaded = instruction.argval
-    if isinstance(loaded, tuple):  # LOAD_FAST_LOAD_FAST (3.13): the second one is on top
-        loaded = loaded[-1]
-    return bool(loaded == "self")
 
 
 def problems(names: dict[str, tuple[str, ...]], pinned: dict[str, str]) -> list[str]:
@@ -329,17 +261,7 @@ def problems(names: dict[str, tuple[str, ...]], pinned: dict[str, str]) -> list[
             continue
         if installed != wanted:
             found.append(f"{dist} {installed} is installed, streamapp was checked with {wanted}")
-    for owner, attrs in names.items():
-        module_name, _, class_name = owner.partition(":")
-        try:
-            cls = getattr(importlib.import_module(module_name), class_name)
-        except (ImportError, AttributeError):
-            found.append(f"{owner} no longer exists")
-            continue
-        missing = [name for name in attrs if not _has_name(cls, name)]
-        if missing:
-            found.append(f"{owner} has no {', '.join(missing)}")
-    return found
+    return found + name_problems(names)
 
 
 def check() -> None:
