@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dis
 import importlib
+import inspect
 import os
 import re
 from collections.abc import Iterator, Mapping
@@ -111,15 +112,41 @@ def name_problems(names: Names) -> list[str]:
     """Each listed class that is gone, or lacks some of its listed names."""
     found: list[str] = []
     for owner, attrs in names.items():
-        module_name, _, class_name = owner.partition(":")
-        try:
-            cls = getattr(importlib.import_module(module_name), class_name)
-        except (ImportError, AttributeError):
+        cls = _class(owner)
+        if cls is None:
             found.append(f"{owner} no longer exists")
             continue
         missing = [name for name in attrs if not has_name(cls, name)]
         if missing:
             found.append(f"{owner} has no {', '.join(missing)}")
+    return found
+
+
+def _class(owner: str) -> type | None:
+    module_name, _, class_name = owner.partition(":")
+    try:
+        cls = getattr(importlib.import_module(module_name), class_name)
+    except (ImportError, AttributeError):
+        return None
+    return cls if isinstance(cls, type) else None
+
+
+def keyword_problems(keywords: Names) -> list[str]:
+    """Each listed callable that is gone, or lacks some of the keywords: ``module:Class`` for
+    its constructor, ``module:Class.method`` for a method."""
+    found: list[str] = []
+    for owner, names in keywords.items():
+        module_name, _, qualified = owner.partition(":")
+        class_name, _, method = qualified.partition(".")
+        cls = _class(f"{module_name}:{class_name}")
+        called = getattr(cls, method or "__init__", None) if cls is not None else None
+        if called is None:
+            found.append(f"{owner} no longer exists")
+            continue
+        parameters = inspect.signature(called).parameters
+        missing = [name for name in names if name not in parameters]
+        if missing:
+            found.append(f"{owner}() takes no {', '.join(missing)}")
     return found
 
 
@@ -149,12 +176,13 @@ def version_problems(ranges: Ranges) -> list[str]:
     return found
 
 
-def check(who: str, names: Names, ranges: Ranges) -> None:
-    """Raise `LibraryMismatchError` (one line) unless the releases are in their ranges and
-    every listed name exists. ``who`` names the module relying on them."""
+def check(who: str, names: Names, ranges: Ranges, *, keywords: Names | None = None) -> None:
+    """Raise `LibraryMismatchError` (one line) unless the releases are in their ranges, every
+    listed name exists and every listed constructor takes its keywords. ``who`` names the
+    module relying on them."""
     if os.environ.get(SKIP_VARIABLE) == "1":
         return
-    found = version_problems(ranges) + name_problems(names)
+    found = version_problems(ranges) + name_problems(names) + keyword_problems(keywords or {})
     if found:
         raise LibraryMismatchError(
             f"{who} cannot run on the installed releases: "
