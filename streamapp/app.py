@@ -61,7 +61,7 @@ class App(FaustApp):
     that cannot be decoded, or whose processing raises, does; dead letters go to
     ``dead_letter_topic``, by default ``<id>-dead-letters`` (see `streamapp.bad_records`).
     ``static_membership`` (on by default) makes each worker a static member of the group, its
-    ``group.instance.id`` its client id (see `streamapp.faust_compat.static_membership`);
+    ``group.instance.id`` its client id (see `streamapp.runtime.group.static_membership`);
     ``leave_group_on_stop=False`` keeps a static member's place through a stop, for a
     rolling restart without rebalances. ``rebalance_protocol`` (``"cooperative"``, the
     default, or ``"eager"``) says how a worker goes through a rebalance.

@@ -5,32 +5,31 @@ consumer's fetch, commit and rebalance paths (`streamapp.faust_compat.transport`
 recovery (`streamapp.faust_compat.recovery`), its app's producer start and transport
 (`streamapp.faust_compat.app`), its assignor's leader step (`streamapp.faust_compat.assignor`),
 and reads and writes of its internals for the rest of streamapp: the group coordinator, the
-assignment hand-over, its RocksDB store's open handles (`streamapp.faust_compat.access`); and
-aiokafka's group coordinator and producer (`coordinator`, `producer_wait`), a worker's
-heartbeats right after a cooperative join (`second_round`), and the group requests of a static
-member (`static_membership`); Faust's table writes, encoded once
+assignment hand-over, its RocksDB store's open handles (`streamapp.faust_compat.access`); the
+worker's Kafka clients in Faust's aiokafka driver, streamapp's own (`worker_clients`); Faust's
+table writes, encoded once
 (`encode_once`); the expiry heap of its windowed tables, rebuilt after a recovery
 (`window_expiry`); its rebalance handlers, made incremental under the cooperative protocol
 (`incremental`); its fetch loop's hand-out of each record, without a task per record
 (`eager_hand_out`); its stream's acks and current event for an agent over batches
 (`batch_stream`), a batch topic's records handed out in one call (`batch_hand_out`) and a
 fetched partition's at a time (`partition_hand_out`), a batch's changelog records and
-join output, sent together (`batch_changelog`) and put in aiokafka's open batches without a
-future each (`accumulator_append`; `offline_delivery` delivers them without a broker, for a
-benchmark), and a batch's table reads and writes, with the partition, key
+join output, sent together (`batch_changelog`; `offline_delivery` delivers them without a
+broker, for a benchmark), and a batch's table reads and writes, with the partition, key
 index and sensors looked up once per batch (`batch_table`); its
 exactly_once sends, in the transaction of the record they are made for (`sends`), and what
 its topics send, encoded with codecs looked up once (`send_codecs`) and handed to the
 producer without Faust's layers in between (`direct_send`); the offsets
-reader's metadata of topics it finds unknown (`unknown_topics`); aiokafka's producer sender's
-metadata refreshes, spaced by its retry backoff (`producer_metadata`); the share of a round of
+reader's metadata of topics it finds unknown (`unknown_topics`); the share of a round of
 its fetch loop that changelog records take (`replica_share`) and stream records take, of each
 partition and in all (`partition_share`); its RocksDB store's revocation, closing stores off
 the event loop and without a full garbage collection at every rebalance (`store_revoke`); the
 persisted offsets of its open stores, noted as they are written, for the join metadata
 (`store_offsets`).
 Every private name those rely on is listed in `PRIVATE_NAMES` below, and nowhere else in
-streamapp is one named (a unit test reads every module for them).
+streamapp is one named (a unit test reads every module for them), except aiokafka's in the
+worker's group protocol (`streamapp.runtime.group`) and producer (`streamapp.runtime.producer`),
+each with its own list and check.
 
 At import, this package checks that the installed Faust and aiokafka are the versions these
 touch points were written against, and that each listed name still exists. Anything else
@@ -55,8 +54,7 @@ PINNED_VERSIONS = {"faust-streaming": "0.15.3", "aiokafka": "0.14.0"}
 #: the class or one of its bases (`_has_name`).
 PRIVATE_NAMES: dict[str, tuple[str, ...]] = {
     "faust.transport.drivers.aiokafka:AIOKafkaConsumerThread": (
-        "_create_worker_consumer",  # transport fix 1: our assignor, always
-        "_assignor",
+        "_create_worker_consumer",  # worker_clients: streamapp's own consumer (fix 1)
         "_ensure_consumer",
         "_consumer",  # access.group_coordinator
         "_highwaters",  # transport fix 2 and 13: ends by ListOffsets, on the offsets reader
@@ -118,10 +116,9 @@ PRIVATE_NAMES: dict[str, tuple[str, ...]] = {
         "_changelogs",  # incremental: changelog topic -> table, as Faust's on_rebalance reads
     ),
     "aiokafka.consumer.consumer:AIOKafkaConsumer": (
-        "_partition_assignment_strategy",  # read by start() to build the coordinator
-        "_subscription",
-        "_coordinator",
-        "_client",  # static_membership wraps its send and close
+        "_subscription",  # transport fix 7: a partition's position
+        "_coordinator",  # access.group_coordinator
+        "_client",  # access.refresh_worker_metadata, unknown_topics
         "_fetcher",  # transport fix 16: a short fetch wait while recovering
     ),
     "aiokafka.consumer.fetcher:Fetcher": (
@@ -140,24 +137,7 @@ PRIVATE_NAMES: dict[str, tuple[str, ...]] = {
         "_update_assignment",
     ),
     "aiokafka.consumer.group_coordinator:GroupCoordinator": (
-        "_perform_assignment",  # coordinator: an envelope aiokafka cannot decode is no crash
-        "_on_join_prepare",  # coordinator: the cooperative protocol keeps owned partitions
-        "_on_join_complete",  # coordinator: ... and revokes only what it lost
-        "_assignors",
-        "_subscription",
-        "_group_subscription",
         "_metadata_snapshot",  # transport fix 26: read by Faust's topic_partitions, 0 = unknown
-        "_maybe_do_last_autocommit",
-        "_do_commit_offsets",  # coordinator: a refused old-generation commit resets nothing new
-        "_heartbeat_routine",  # second_round: prompt heartbeats after a cooperative join
-        "_start_heartbeat_task",
-        "_do_heartbeat",
-        "_heartbeat_interval_ms",
-    ),
-    "aiokafka.consumer.group_coordinator:CoordinatorGroupRebalance": (
-        "_send_sync_group_request",  # coordinator: error answers retried, not raised
-        "_coordinator",
-        "_retry_backoff_ms",
     ),
     "faust.assignor.partition_assignor:PartitionAssignor": (
         "_perform_assignment",
@@ -177,27 +157,11 @@ PRIVATE_NAMES: dict[str, tuple[str, ...]] = {
         "_producer",  # batch_changelog: a batch's changelog records, on aiokafka's producer
         "_transaction_producers",
         "_trn_locks",
+        "_producer_type",  # worker_clients: streamapp's own aiokafka producer
     ),
     "aiokafka.producer.producer:AIOKafkaProducer": (
-        "_sender",  # producer_metadata (transport fix 22): its sender's refreshes, spaced
-        "_message_accumulator",  # accumulator_append: a batch's records, no futures; and
         # offline_delivery: its batches taken and delivered without a broker (a benchmark)
-        "_txn_manager",  # accumulator_append: what send checks, checked as send does
-        "_key_serializer",
-        "_value_serializer",
-        "_max_request_size",
-        "_partition",  # accumulator_append: an output record's partition, as send picks it
-    ),
-    "aiokafka.producer.message_accumulator:MessageAccumulator": (
-        "_batches",  # accumulator_append: a partition's open batch, as add_message finds it
-        "_closed",  # accumulator_append: what add_message checks
-        "_exception",
-    ),
-    "aiokafka.producer.message_accumulator:MessageBatch": (
-        "_builder",  # accumulator_append: a record appended without a future
-    ),
-    "aiokafka.producer.sender:Sender": (
-        "_retry_backoff",  # producer_metadata: the backoff between them
+        "_message_accumulator",
     ),
     "faust.stores.rocksdb:Store": (
         "_dbs",  # access, store_revoke, store_offsets, window_expiry, batch_table: open handles
