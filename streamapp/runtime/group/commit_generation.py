@@ -9,11 +9,11 @@ id, and the group rebalanced once or more again for nothing. The commit still fa
 offsets are committed again under the new generation); the membership it no longer describes
 is left alone.
 
-aiokafka internals (`streamapp.runtime.group.PRIVATE_NAMES`):
-``GroupCoordinator._do_commit_offsets``
-(which builds its request from ``generation`` and ``member_id`` before its first await) and
-``reset_generation`` (public), told apart per commit by a context variable (each commit runs in
-a task of its own, under aiokafka's ``asyncio.shield``).
+aiokafka internals (listed in `streamapp.runtime.group.PRIVATE_NAMES`):
+``GroupCoordinator._do_commit_offsets``, which builds its request from ``generation`` and
+``member_id`` before its first await, and ``reset_generation`` (public), told apart per commit
+by a context variable (each commit runs in a task of its own, under aiokafka's
+``asyncio.shield``).
 Delete when aiokafka compares the generation before it resets it.
 Test: tests/unit/streamapp/runtime/group/test_commit_generation.py.
 """

@@ -5,11 +5,12 @@ coordinator from its module's ``GroupCoordinator``: no argument picks another on
 `WorkerConsumer.start` takes the same steps, in the same order and with the same arguments,
 building streamapp's `Coordinator` instead. A consumer without a group starts as aiokafka's.
 
-aiokafka internals (`streamapp.runtime.group.PRIVATE_NAMES`): what ``start`` reads and sets,
-``AIOKafkaConsumer._client``, ``_subscription``, ``_fetcher``, ``_coordinator``, ``_loop``,
-``_wait_topics`` and the settings it keeps from its constructor.
-Tests: tests/unit/streamapp/runtime/group/test_worker_consumer.py;
-tests/integration/test_stock_clients.py and every worker test.
+aiokafka internals (listed in `streamapp.runtime.group.PRIVATE_NAMES`): what ``start`` reads
+and sets, ``AIOKafkaConsumer._client``, ``_subscription``, ``_fetcher``, ``_coordinator``,
+``_loop``, ``_wait_topics`` and the settings it keeps from its constructor.
+Tests: tests/unit/streamapp/runtime/group/test_static_membership.py (its stop),
+tests/unit/streamapp/runtime/test_stock_classes.py; tests/integration/test_stock_clients.py
+(its coordinator) and every test that runs a worker.
 """
 
 from __future__ import annotations

@@ -26,11 +26,11 @@ After each join of a worker whose group runs cooperative, its heartbeats are pro
 (`streamapp.runtime.group.prompt_heartbeats`), so that the second round a member giving
 partitions up starts is not held a heartbeat interval.
 
-aiokafka internals (`streamapp.runtime.group.PRIVATE_NAMES`):
-``GroupCoordinator._on_join_prepare``
-and ``_on_join_complete`` (overridden, aiokafka's own called for the eager path and to apply
-the assignment), and the attributes ``_assignors``, ``_subscription``, ``_group_subscription``
-and ``_maybe_do_last_autocommit`` they use as aiokafka's own do.
+aiokafka internals (listed in `streamapp.runtime.group.PRIVATE_NAMES`):
+``GroupCoordinator._on_join_prepare`` and ``_on_join_complete`` (overridden, aiokafka's own
+called for the eager path and to apply the assignment), and the attributes ``_assignors``,
+``_subscription``, ``_group_subscription`` and ``_maybe_do_last_autocommit`` they use as
+aiokafka's own do.
 Tests: tests/unit/streamapp/runtime/group/test_cooperative_join.py;
 tests/integration/test_cooperative_rebalance.py and the other test_cooperative_*.py.
 """

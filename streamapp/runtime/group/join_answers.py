@@ -21,11 +21,11 @@ such answer (`AIOKAFKA_MESSAGES`) is dropped from the log of streamapp's consume
 is wrong (authorization, session timeout, group id, protocol) still stop it, as before: no wait
 can heal them.
 
-aiokafka internals (`streamapp.runtime.group.PRIVATE_NAMES`):
-``GroupCoordinator._do_rejoin_group``
-(one JoinGroup and SyncGroup round, and the join's completion: the answers are caught around
-it), ``_send_req`` (every request to the group's coordinator: the JoinGroup or SyncGroup an
-answer belongs to is noted there) and ``_retry_backoff_ms``.
+aiokafka internals (listed in `streamapp.runtime.group.PRIVATE_NAMES`):
+``GroupCoordinator._do_rejoin_group`` (one JoinGroup and SyncGroup round, and the join's
+completion: the answers are caught around it), ``_send_req`` (every request to the group's
+coordinator: the JoinGroup or SyncGroup an answer belongs to is noted there) and
+``_retry_backoff_ms``.
 Tests: tests/unit/streamapp/runtime/group/test_join_answers.py;
 tests/integration/test_join_group_errors.py.
 """

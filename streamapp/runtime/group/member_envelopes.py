@@ -12,9 +12,9 @@ So the leader reads a subscription aiokafka cannot decode as one with no topics 
 is the raw bytes: streamapp's assignor then finds metadata it cannot read, gives that member no
 partitions and says so once, as for any member it cannot read, and the group goes on.
 
-aiokafka internals (`streamapp.runtime.group.PRIVATE_NAMES`):
-``GroupCoordinator._perform_assignment``
-(the leader's step; the ``members`` of the JoinGroup response it is given are rewritten first).
+aiokafka internals (listed in `streamapp.runtime.group.PRIVATE_NAMES`):
+``GroupCoordinator._perform_assignment`` (the leader's step; the ``members`` of the JoinGroup
+response it is given are rewritten first).
 Tests: tests/unit/streamapp/runtime/group/test_member_envelopes.py;
 tests/integration/test_join_group_errors.py, test_rogue_members.py.
 """

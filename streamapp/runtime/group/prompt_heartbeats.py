@@ -32,8 +32,7 @@ none (see docs/rebalance-pauses.md).
 Each prompt heartbeat that heard of the next rebalance is logged at INFO (``rebalances again:
 heard at prompt heartbeat``).
 
-aiokafka internals (`streamapp.runtime.group.PRIVATE_NAMES`):
-``GroupCoordinator``'s
+aiokafka internals (listed in `streamapp.runtime.group.PRIVATE_NAMES`): ``GroupCoordinator``'s
 ``_heartbeat_routine`` (overridden: the prompt heartbeats, then aiokafka's own routine),
 ``_start_heartbeat_task``, ``_do_heartbeat`` (the one heartbeat and its answer's handling,
 aiokafka's own), ``_heartbeat_interval_ms`` and ``_subscription``.

@@ -37,11 +37,11 @@ A worker cannot tell, as it starts, a live worker under its instance id from a c
 session has not timed out yet (both are a member with that instance id to the broker), so it
 cannot refuse up front without refusing the restart after a crash that static membership is for.
 
-aiokafka internals (`streamapp.runtime.group.PRIVATE_NAMES`): ``GroupCoordinator._send_req``
-(every request to the group's coordinator: a heartbeat sent as v3, the answers read),
-``_maybe_leave_group`` (what aiokafka does as the coordinator closes: the LeaveGroup first),
-``_closing``, ``_client`` (the LeaveGroup goes to the broker that took the join) and
-``_group_instance_id``.
+aiokafka internals (listed in `streamapp.runtime.group.PRIVATE_NAMES`):
+``GroupCoordinator._send_req`` (every request to the group's coordinator: a heartbeat sent as
+v3, the answers read), ``_maybe_leave_group`` (what aiokafka does as the coordinator closes:
+the LeaveGroup first), ``_closing``, ``_client`` (the LeaveGroup goes to the broker that took
+the join) and ``_group_instance_id``.
 Tests: tests/unit/streamapp/runtime/group/test_static_membership.py;
 tests/integration/test_static_membership.py.
 """

@@ -17,8 +17,9 @@ records), and a partition that comes back is seen at the next refresh, within on
 Refreshes the producer itself asks for (the first send to a topic,
 `streamapp.runtime.producer.partition_wait`) are not spaced: only the sender spun.
 
-aiokafka internals (`streamapp.runtime.producer.PRIVATE_NAMES`): ``AIOKafkaProducer._sender``,
-the sender's ``client`` and ``_retry_backoff``; the client's ``force_metadata_update``.
+aiokafka internals (listed in `streamapp.runtime.producer.PRIVATE_NAMES`):
+``AIOKafkaProducer._sender``, the sender's ``client`` and ``_retry_backoff``; the client's
+``force_metadata_update``.
 Delete when aiokafka's sender waits a backoff between the metadata refreshes it asks for.
 Tests: tests/unit/streamapp/runtime/producer/test_refresh_spacing.py;
 tests/integration/test_producer_metadata.py.
