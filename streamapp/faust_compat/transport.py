@@ -315,6 +315,7 @@ from streamapp.faust_compat.eager_hand_out import (
 )
 from streamapp.faust_compat.partition_hand_out import PartitionHandOut
 from streamapp.hand_out import HandOutLedger
+from streamapp.runtime.group.consumer import WorkerConsumer
 
 logger = logging.getLogger(__name__)
 
@@ -424,10 +425,12 @@ def note_commit_outcome(
 
 def offsets_reader(app: Any, transport: Any, *, read_committed: bool) -> aiokafka.AIOKafkaConsumer:
     """A consumer in no group, for ListOffsets only: the worker consumer's broker, credentials
-    and isolation level (the last stable offset is an end under read_committed)."""
+    and isolation level (the last stable offset is an end under read_committed), and its client
+    id and log (streamapp's own consumer, `streamapp.faust_compat.worker_clients`)."""
     conf = app.conf
-    reader = aiokafka.AIOKafkaConsumer(
-        client_id=conf.broker_client_id,
+    reader = WorkerConsumer(
+        role="offsets reader",
+        client_id=worker_clients.worker_client_id(app),
         bootstrap_servers=faust_aiokafka.server_list(transport.url, transport.default_port),
         request_timeout_ms=int(conf.broker_request_timeout * 1000.0),
         enable_auto_commit=False,

@@ -32,9 +32,10 @@ class WorkerConsumer(aiokafka.AIOKafkaConsumer):  # type: ignore[misc]
     (`streamapp.runtime.client_log`).
 
     Built with aiokafka's own arguments, and streamapp's: ``leave_group_on_stop`` (a static
-    member's stop sends LeaveGroup) and ``on_fenced`` (called once with one line when another
-    worker took this one's ``group_instance_id``; by default the worker stops). Its
-    ``client_id`` names it in its log lines, as in the broker's.
+    member's stop sends LeaveGroup), ``on_fenced`` (called once with one line when another
+    worker took this one's ``group_instance_id``; by default the worker stops) and ``role``
+    (what it is to the worker, ``"consumer"`` or ``"offsets reader"``: with its ``client_id``,
+    it names the consumer in its log lines, as the client id does in the broker's).
     """
 
     #: aiokafka's, set by ``start`` (None before).
@@ -45,6 +46,7 @@ class WorkerConsumer(aiokafka.AIOKafkaConsumer):  # type: ignore[misc]
         *topics: str,
         leave_group_on_stop: bool = True,
         on_fenced: Callable[[str], None] | None = None,
+        role: str = "consumer",
         **options: Any,
     ) -> None:
         super().__init__(*topics, **options)
@@ -54,7 +56,7 @@ class WorkerConsumer(aiokafka.AIOKafkaConsumer):  # type: ignore[misc]
             "on_fenced": on_fenced,
         }
         client_id = options.get("client_id") or f"aiokafka-{aiokafka.__version__}"
-        self.client_log = ClientLog("consumer", client_id, reported_elsewhere=AIOKAFKA_MESSAGES)
+        self.client_log = ClientLog(role, client_id, reported_elsewhere=AIOKAFKA_MESSAGES)
 
     async def start(self) -> None:
         """aiokafka's start, with streamapp's coordinator for a consumer in a group."""
