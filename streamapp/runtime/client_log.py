@@ -12,6 +12,8 @@ producer) those records become:
   records, each dropped meanwhile), how long they went on and the brokers they named; or as
   the client stops, if that comes first.
 
+A record of those messages that carries another error than one of `UNREACHABLE` (a partition
+whose leader moved: ``Failed fetch offsets from 1: NotLeaderForPartitionError``) is no outage's.
 Any other record of aiokafka's is left as it is, and so is every record of a client that is not
 streamapp's: a plain ``AIOKafkaConsumer`` or ``AIOKafkaProducer`` in the same process logs as
 aiokafka does. A record is a streamapp client's when aiokafka makes it in that client's work:
@@ -38,6 +40,8 @@ import logging
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextvars import ContextVar
+
+from aiokafka import errors as kafka_errors
 
 logger = logging.getLogger(__name__)
 
@@ -72,9 +76,22 @@ OUTAGE_MESSAGES: Mapping[str, Mapping[str, int | tuple[int, int] | None]] = {
         "FindCoordinator Request failed": None,
         "Cannot send %r to %s": 1,
         "Could not send %r": None,
-        "Got error produce response": None,
     },
 }
+
+#: The errors that say a broker could not be reached (or did not answer in time). A record of
+#: `OUTAGE_MESSAGES` that carries another error (a partition's leader moved, say) is no outage's
+#: and is left as it is.
+UNREACHABLE: tuple[type[BaseException], ...] = (
+    OSError,  # ConnectionRefusedError and the other socket errors
+    TimeoutError,  # asyncio's too
+    kafka_errors.NodeNotReadyError,
+    kafka_errors.KafkaConnectionError,
+    kafka_errors.RequestTimedOutError,
+    kafka_errors.KafkaTimeoutError,
+    kafka_errors.GroupCoordinatorNotAvailableError,
+    kafka_errors.NotCoordinatorForGroupError,
+)
 
 #: The streamapp client whose work the running task does; None: no streamapp client's.
 _current: ContextVar[ClientLog | None] = ContextVar("streamapp_kafka_client", default=None)
@@ -107,6 +124,18 @@ def _broker(record: logging.LogRecord, where: int | tuple[int, int] | None) -> s
     if isinstance(where, tuple) and max(where) < len(args):
         return f"{args[where[0]]}:{args[where[1]]}"
     return None
+
+
+def _unreachable(record: logging.LogRecord) -> bool:
+    """Whether the errors ``record`` carries, if any, say a broker could not be reached."""
+    args = record.args if isinstance(record.args, tuple) else ()
+    errors = [
+        arg if isinstance(arg, type) else type(arg)
+        for arg in args
+        if isinstance(arg, BaseException)
+        or (isinstance(arg, type) and issubclass(arg, BaseException))
+    ]
+    return all(issubclass(error, UNREACHABLE) for error in errors)
 
 
 class ClientLog:
@@ -153,7 +182,7 @@ class ClientLog:
             return False
         outage = OUTAGE_MESSAGES.get(record.name, {})
         for start, where in outage.items():
-            if message.startswith(start):
+            if message.startswith(start) and _unreachable(record):
                 self.failed(record, _broker(record, where))
                 return False
         return True

@@ -11,6 +11,7 @@ import logging
 from collections.abc import Iterator
 
 import pytest
+from aiokafka import errors as kafka_errors
 
 from streamapp.runtime import client_log
 from streamapp.runtime.client_log import ClientLog
@@ -43,15 +44,16 @@ def _lines(log: pytest.LogCaptureFixture) -> list[tuple[str, int, str]]:
     return [(r.name, r.levelno, r.getMessage()) for r in log.records]
 
 
+#: What aiokafka's records carry while node 2 is down.
+REFUSED = ConnectionRefusedError(111, "Connect call failed ('127.0.0.1', 9092)")
+NOT_READY = kafka_errors.NodeNotReadyError("Attempt to send a request to node which is not ready")
+
+
 def _unreachable(clock: Clock, attempts: int) -> None:
     """What aiokafka logs while node 2 is down: per attempt, its connection and its fetch."""
     for _ in range(attempts):
-        logging.getLogger(CLIENT).error(
-            "Unable connect to node with id %s: %s", 2, "[Errno 111] Connect call failed"
-        )
-        logging.getLogger(FETCHER).error(
-            "Failed fetch messages from %s: %s", 2, "NodeNotReadyError: Attempt to send ..."
-        )
+        logging.getLogger(CLIENT).error("Unable connect to node with id %s: %s", 2, REFUSED)
+        logging.getLogger(FETCHER).error("Failed fetch messages from %s: %s", 2, NOT_READY)
         clock.now += 0.05
 
 
@@ -67,8 +69,8 @@ async def test_an_outage_is_one_warning_as_it_starts_and_one_as_it_ends(
             client_log.__name__,
             logging.WARNING,
             "streamapp: consumer w1 cannot reach node 2: Unable connect to node with id 2: "
-            "[Errno 111] Connect call failed (aiokafka's lines for each further failed attempt "
-            "are counted, not logged, until they stop for 10 s)",
+            "[Errno 111] Connect call failed ('127.0.0.1', 9092) (aiokafka's lines for each "
+            "further failed attempt are counted, not logged, until they stop for 10 s)",
         )
     ]
     assert consumer._timer is not None  # the end is looked for in QUIET_S
@@ -135,8 +137,8 @@ async def test_records_of_other_clients_and_other_records_pass_as_aiokafka_made_
         logging.getLogger(CLIENT).warning("Topic %s is not available during auto-create", "t")
         logging.getLogger(COORDINATOR).error(*join_error)  # said by streamapp's own line
     assert [(name, line) for name, _, line in _lines(log)] == [
-        (CLIENT, "Unable connect to node with id 2: [Errno 111] Connect call failed"),
-        (FETCHER, "Failed fetch messages from 2: NodeNotReadyError: Attempt to send ..."),
+        (CLIENT, f"Unable connect to node with id 2: {REFUSED}"),
+        (FETCHER, f"Failed fetch messages from 2: {NOT_READY}"),
         (COORDINATOR, "Unexpected error in join group 'g' response: UnknownError"),
         (CLIENT, "Topic t is not available during auto-create"),
     ]
@@ -172,3 +174,20 @@ def test_a_bootstrap_address_is_named_as_host_and_port(
         logging.getLogger(CLIENT).error('Unable connect to "%s:%s": %s', "127.0.0.1", 9, "refused")
     consumer.close()
     assert "the failures to reach 127.0.0.1:9 (1) ended" in log.records[-1].getMessage()
+
+
+def test_an_error_that_is_no_outage_s_passes_as_aiokafka_made_it(
+    clock: Clock, log: pytest.LogCaptureFixture
+) -> None:
+    """A new changelog's leader not known yet: aiokafka's line, said once, no outage opened."""
+    consumer = ClientLog("consumer", "w1", clock=clock)
+    moved = kafka_errors.NotLeaderForPartitionError("TopicPartition(topic='t', partition=3)")
+    with consumer.scope():
+        logging.getLogger(FETCHER).error("Failed fetch offsets from %s: %s", 1, moved)
+        logging.getLogger(FETCHER).error("Failed fetch offsets from %s: %s", 1, NOT_READY)
+    assert [(r.name, r.levelno) for r in log.records] == [
+        (FETCHER, logging.ERROR),  # aiokafka's own
+        (client_log.__name__, logging.WARNING),  # the outage that began with the second
+    ]
+    assert consumer.failures == 1
+    consumer.close()
