@@ -219,7 +219,7 @@ class StreamappPartitionAssignor(FaustPartitionAssignor):
             ends.setdefault(tp.topic, {})[tp.partition] = end
         return ends
 
-    # -- the rebalance protocol (asked by `streamapp.faust_compat.coordinator`) --
+    # -- the rebalance protocol (asked by `streamapp.runtime.group.cooperative`) --
 
     def keeps_owned_through_join(self) -> bool:
         """Whether this worker keeps what it owns through the next join (KIP-429).

@@ -11,11 +11,8 @@ from mode.utils.objects import cached_property
 from mode.utils.queues import FlowControlEvent
 
 from streamapp.faust_compat import (
-    coordinator,
     dropped_records,
     incremental,
-    producer_metadata,
-    producer_wait,
     store_offsets,
     store_revoke,
 )
@@ -58,15 +55,8 @@ class FaustApp(faust.App):
     _start_producer = stampede(_start_producer)
 
     def _new_transport(self) -> TransportT:
-        # Faust's, except that the consumer runs our assignor even without tables or standbys
-        # (transport fix 1). As faust.App._new_transport: every consumer broker URL. Its group
-        # coordinator survives error answers to JoinGroup and SyncGroup (`coordinator`), a
-        # write to a partition the producer does not know waits for it (`producer_wait`), and
-        # the producer's sender waits a backoff between its metadata refreshes
-        # (`producer_metadata`).
-        coordinator.install()
-        producer_wait.install()
-        producer_metadata.install()
+        # Faust's, with streamapp's fixes (`transport`) and the worker's own Kafka clients
+        # (`worker_clients`). As faust.App._new_transport: every consumer broker URL.
         return Transport(self.conf.broker_consumer, self)
 
     @cached_property
