@@ -13,6 +13,7 @@ from streamapp.bad_records import BadRecordPolicy, BadRecords
 from streamapp.faust_compat.access import consumer_if_created
 from streamapp.faust_compat.app import FaustApp
 from streamapp.faust_compat.transport import Consumer as StreamappConsumer
+from streamapp.runtime.stores import STORE_URL, own_store_url
 from streamapp.settings import RebalanceProtocol, StreamappSettings, resolve
 from tables import clean_shutdown, damaged
 
@@ -65,6 +66,9 @@ class App(FaustApp):
     ``leave_group_on_stop=False`` keeps a static member's place through a stop, for a
     rolling restart without rebalances. ``rebalance_protocol`` (``"cooperative"``, the
     default, or ``"eager"``) says how a worker goes through a rebalance.
+    Tables are kept in streamapp's RocksDB store (`streamapp.runtime.stores`, Faust's on-disk
+    layout); a ``store="rocksdb://"`` given to the App or to one of its tables means that store
+    too, and ``store="memory://"`` keeps Faust's in-memory store.
     """
 
     streamapp_settings: StreamappSettings
@@ -110,7 +114,8 @@ class App(FaustApp):
         }
         settings = resolve(self.streamapp_keywords)
         self.streamapp_settings = settings
-        options.setdefault("store", "rocksdb://")
+        # streamapp's RocksDB store (streamapp.runtime.stores), also for a "rocksdb://" given.
+        options["store"] = own_store_url(options.get("store") or STORE_URL)
         options.setdefault("table_standby_replicas", settings.num_standby_replicas)
         # Changelog and output records batched: see DEFAULT_PRODUCER_LINGER_S (and its
         # exactly_once value). An App keyword or Faust's PRODUCER_LINGER /
