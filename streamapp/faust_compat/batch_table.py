@@ -95,7 +95,6 @@ import faust
 from faust.sensors import Monitor
 from faust.sensors.monitor import TableState
 
-from streamapp.runtime.pending_writes import PendingWrites
 from streamapp.runtime.stores import RocksDBStore
 
 
@@ -172,9 +171,9 @@ class BatchTable:
         self.states = states
         #: Keys found or written in this batch, in the order first noted, for the key index.
         self._indexed: dict[bytes, None] = {}
-        #: The partition's writes not in its store yet (the store's, shared with every batch of
-        #: the same store and partition).
-        self.pending: PendingWrites = store.pending(partition)
+        #: The partition's writes not in its store yet (the store's `PendingWrites`, shared with
+        #: every batch of the same store and partition; its plain dict, per record).
+        self.pending: dict[bytes, bytes | None] = store.pending(partition).writes
 
     def _db(self) -> Any:
         """The partition's open handle; a missing one (closed during an await in the batch, by

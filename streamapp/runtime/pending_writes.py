@@ -2,8 +2,9 @@
 stores them.
 
 A batch agent's table writes wait here (`streamapp.faust_compat.batch_table`): a read of the
-partition looks here first, and the batch's end stores them in one rocksdict ``WriteBatch``:
-one write to RocksDB's log per batch, not one per record. A batch left unfinished drops them.
+partition looks here first, and the batch's end stores them in one rocksdict ``WriteBatch``
+(`write_batch`): one write to RocksDB's log per batch, not one per record. A batch left
+unfinished drops them.
 The same overlay is where writes can wait for more than a batch: a store that holds a
 partition's writes until the transaction that made them has committed, or a table's write
 cache flushed before each commit, stage here and store with `write_batch`, the changelog offset
@@ -24,21 +25,36 @@ from rocksdict import WriteBatch
 OFFSET_KEY = b"__faust\x00offset__"
 
 
-class PendingWrites(dict[bytes, bytes | None]):
-    """Key bytes -> value bytes of one partition's writes not stored yet; None is a deletion.
+class PendingWrites:
+    """One partition's writes not stored yet (see the module)."""
 
-    A plain dict underneath: ``key in pending`` and ``pending[key] = value`` are the per-record
-    operations of a batch, and cost what a dict's do.
-    """
+    __slots__ = ("writes",)
 
-    __slots__ = ()
+    def __init__(self) -> None:
+        #: Key bytes -> value bytes, None for a deletion, in the order first written. A plain
+        #: dict, never replaced (cleared in place): a batch keeps it and does its per-record
+        #: ``key in writes`` and ``writes[key] = value`` on it, at a dict's cost.
+        self.writes: dict[bytes, bytes | None] = {}
 
-    def read(self, key: bytes) -> tuple[bool, bytes | None]:
-        """(True, the pending value or None for a pending deletion), or (False, None) when
+    def __len__(self) -> int:
+        return len(self.writes)
+
+    def stage(self, key: bytes, value: bytes | None) -> None:
+        """``value`` for ``key`` (None: its deletion), not stored yet."""
+        self.writes[key] = value
+
+    def lookup(self, key: bytes) -> tuple[bool, bytes | None]:
+        """(True, the pending value, None for a pending deletion), or (False, None) when
         ``key`` has no pending write."""
-        if key in self:
-            return True, self[key]
+        writes = self.writes
+        if key in writes:
+            return True, writes[key]
         return False, None
+
+    def drop(self) -> None:
+        """Forget every pending write (stored, or never to be: a batch left unfinished, a
+        transaction aborted)."""
+        self.writes.clear()
 
 
 def write_batch(writes: Mapping[bytes, bytes | None], offset: int | None = None) -> WriteBatch:

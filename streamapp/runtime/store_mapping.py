@@ -84,8 +84,8 @@ class TableMapping:
     def _read_may_exist(self, partition: int, key: bytes) -> bytes | None:
         """`read`, asking the bloom filter first (a key of another partition is not there)."""
         pending = self.pending_writes.get(partition)
-        if pending and key in pending:
-            return pending[key]
+        if pending is not None and key in pending.writes:
+            return pending.writes[key]
         db = self.handles.open.get(partition)
         if db is None or not db.key_may_exist(key):
             return None

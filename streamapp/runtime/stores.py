@@ -38,6 +38,7 @@ import shutil
 import weakref
 from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import Future
+from itertools import repeat
 from pathlib import Path
 from typing import Any
 
@@ -206,8 +207,8 @@ class RocksDBStore(TableMapping, Store[Any, Any]):
     def read(self, partition: int, key: bytes) -> bytes | None:
         """The value bytes of ``key`` in ``partition``: its pending write, else the store's."""
         pending = self.pending_writes.get(partition)
-        if pending and key in pending:
-            return pending[key]
+        if pending is not None and key in pending.writes:
+            return pending.writes[key]
         db = self.handles.open.get(partition)
         value: bytes | None = (self.handles.get(partition) if db is None else db).get(key)
         return value
@@ -237,19 +238,20 @@ class RocksDBStore(TableMapping, Store[Any, Any]):
         batch per partition."""
         if partition is not None:
             pending = self.pending_writes.get(partition)
-            if pending:
-                self.write(partition, pending)
-                pending.clear()
+            if pending is not None and pending.writes:
+                self.write(partition, pending.writes)
+                pending.drop()
             return
         for each, pending in self.pending_writes.items():
-            if pending:
-                self.write(each, pending)
-                pending.clear()
+            if pending.writes:
+                self.write(each, pending.writes)
+                pending.drop()
 
     def items_of(self, partition: int) -> Iterator[tuple[bytes, bytes]]:
         """Every key and value bytes stored in ``partition`` (its pending writes seen; the
         persisted offset left out), opening its handle if needed."""
-        pending: Mapping[bytes, bytes | None] = self.pending_writes.get(partition) or {}
+        found = self.pending_writes.get(partition)
+        pending: Mapping[bytes, bytes | None] = {} if found is None else found.writes
         # items(), not iteration: a raw-mode Rdict iterates by index lookups, which it refuses.
         for key, value in self.handle(partition).items():
             if key != OFFSET_KEY and key not in pending:
@@ -266,7 +268,7 @@ class RocksDBStore(TableMapping, Store[Any, Any]):
     def note_keys(self, keys: Iterable[bytes], partition: int) -> None:
         """``keys`` were found or written in ``partition``: the key index says so, in one
         update (new keys go last; keys it holds keep their place)."""
-        self.key_index.update((key, partition) for key in keys)
+        self.key_index.update(zip(keys, repeat(partition)))
 
     def pending_close(self, partition: int) -> Future[None] | None:
         """The close of the partition's revoked handle, while it is under way."""
@@ -322,7 +324,7 @@ class RocksDBStore(TableMapping, Store[Any, Any]):
         self.handles.close_all()
         self.key_index.clear()
         for pending in self.pending_writes.values():
-            pending.clear()  # each kept: a batch may hold it
+            pending.drop()
         for path in self.path.glob(f"{self.basename.name}-*.db"):
             if path.name[len(self.basename.name) + 1 : -3].isdigit():
                 shutil.rmtree(path, ignore_errors=True)

@@ -355,14 +355,14 @@ async def test_a_batchs_writes_are_stored_together_as_it_ends(
     real_flush = store.write_pending
 
     def flush() -> None:
-        writes.append((dict(store.pending(2)), len(aio.sent)))
+        writes.append((dict(store.pending(2).writes), len(aio.sent)))
         real_flush()
 
     with mock.patch.object(store, "write_pending", flush):
         await batch_changelog.end(changelog)
     assert writes == [({b'"a"': b"2", b'"b"': b"7"}, 0)]  # one write, before any record is sent
     assert _rows(store, 2) == [(b'"a"', b"2"), (b'"b"', b"7")]
-    assert len(aio.sent) == 2 and store.pending(2) == {}  # each key's last write
+    assert len(aio.sent) == 2 and store.pending(2).writes == {}  # each key's last write
 
 
 async def test_a_deletion_waits_with_the_batchs_writes(tmp_path: Path, in_batch: None) -> None:
@@ -384,7 +384,7 @@ async def test_a_deletion_waits_with_the_batchs_writes(tmp_path: Path, in_batch:
     real_flush = store.write_pending
 
     def flush() -> None:
-        writes.append(dict(store.pending(2)))
+        writes.append(dict(store.pending(2).writes))
         real_flush()
 
     with mock.patch.object(store, "write_pending", flush):

@@ -286,17 +286,18 @@ def test_pending_writes_are_read_and_stored_in_one_write_with_the_offset(tmp_pat
     store = streamapp.App("pending", datadir=str(tmp_path)).Table("counts").data
     store.write(3, {b"gone": b"1", b"kept": b"2"})
     pending = store.pending(3)
-    pending[b"new"] = b"3"
-    pending[b"gone"] = None
+    pending.stage(b"new", b"3")
+    pending.stage(b"gone", None)
+    assert pending.lookup(b"gone") == (True, None) and pending.lookup(b"kept") == (False, None)
     assert store.read(3, b"new") == b"3" and store.read(3, b"gone") is None
     assert sorted(store.items_of(3)) == [(b"kept", b"2"), (b"new", b"3")]
     assert store.handle(3).get(b"new") is None  # not stored yet
     left = [1]
     store.handles.open[3] = _CrashingHandle(store.handle(3), left)
-    store.write(3, pending, offset=17)  # a transaction's writes, once committed
-    pending.clear()
+    store.write(3, pending.writes, offset=17)  # a transaction's writes, once committed
+    pending.drop()
     assert left == [0]  # one write
-    assert store.pending(3) is pending  # the same overlay for as long as the store lives
+    assert store.pending(3) is pending and len(pending) == 0  # the same, for the store's life
     store.handles.close_all()
     assert _on_disk(store.partition_path(3)) == ({b"kept": b"2", b"new": b"3"}, 17)
 
