@@ -65,10 +65,18 @@ class TableMapping:
     def get_bytes(self, key: bytes) -> bytes | None:
         """The value bytes of ``key``: in a stream, in the current event's partition; else in
         the partition the key index names, or each open partition in turn."""
-        partition = self._event_partition()
-        if partition is None:
+        # Per record of an agent: `_event_partition` and `read`, inlined.
+        event = current_event()
+        table = self.table
+        if event is None or table.is_global or table.use_partitioner:
             return self._find(key)
-        value = self.read(partition, key)
+        partition: int = event.message.partition
+        pending = self.pending_writes.get(partition)
+        if pending is not None and key in pending.writes:
+            value = pending.writes[key]
+        else:
+            db = self.handles.open.get(partition)
+            value = (self.handle(partition) if db is None else db).get(key)
         if value is not None:
             self.key_index[key] = partition
         return value
@@ -107,8 +115,12 @@ class TableMapping:
         if event is None:
             raise RuntimeError("Cannot modify table outside of agent/stream.")
         partition: int = event.message.partition
-        self.write_pending(partition)
-        db = self.handle(partition)
+        pending = self.pending_writes.get(partition)
+        if pending is not None and pending.writes:
+            self.write_pending(partition)
+        db = self.handles.open.get(partition)
+        if db is None:
+            db = self.handle(partition)
         self.key_index[key] = partition
         db.put(key, value)
 
