@@ -5,28 +5,27 @@ consumer's fetch, commit and rebalance paths (`streamapp.faust_compat.transport`
 recovery (`streamapp.faust_compat.recovery`), its app's producer start and transport
 (`streamapp.faust_compat.app`), its assignor's leader step (`streamapp.faust_compat.assignor`),
 and reads and writes of its internals for the rest of streamapp: the group coordinator, the
-assignment hand-over (`streamapp.faust_compat.access`); and
-aiokafka's group coordinator and producer (`coordinator`, `producer_wait`), a worker's
-heartbeats right after a cooperative join (`second_round`), and the group requests of a static
-member (`static_membership`); Faust's table writes, encoded once
-(`encode_once`); the expiry heap of its windowed tables, rebuilt after a recovery
-(`window_expiry`); its rebalance handlers, made incremental under the cooperative protocol
-(`incremental`); its fetch loop's hand-out of each record, without a task per record
-(`eager_hand_out`); its stream's acks and current event for an agent over batches
+assignment hand-over (`streamapp.faust_compat.access`); and aiokafka's group coordinator and
+producer (`coordinator`, `producer_wait`), a worker's heartbeats right after a cooperative join
+(`second_round`), and the group requests of a static member (`static_membership`); Faust's
+table writes, encoded once (`encode_once`); the expiry heap of its windowed tables, rebuilt
+after a recovery (`window_expiry`); its rebalance handlers, made incremental under the
+cooperative protocol (`incremental`); its fetch loop's hand-out of each record, without a task
+per record (`eager_hand_out`); its stream's acks and current event for an agent over batches
 (`batch_stream`), a batch topic's records handed out in one call (`batch_hand_out`) and a
-fetched partition's at a time (`partition_hand_out`), a batch's changelog records and
-join output, sent together (`batch_changelog`) and put in aiokafka's open batches without a
-future each (`accumulator_append`; `offline_delivery` delivers them without a broker, for a
+fetched partition's at a time (`partition_hand_out`), a batch's changelog records and join
+output, sent together (`batch_changelog`) and put in aiokafka's open batches without a future
+each (`accumulator_append`; `offline_delivery` delivers them without a broker, for a
 benchmark), and a batch's table reads and writes, with the partition and sensors looked up
-once per batch (`batch_table`); its
-exactly_once sends, in the transaction of the record they are made for (`sends`), and what
-its topics send, encoded with codecs looked up once (`send_codecs`) and handed to the
-producer without Faust's layers in between (`direct_send`); the offsets
-reader's metadata of topics it finds unknown (`unknown_topics`); aiokafka's producer sender's
-metadata refreshes, spaced by its retry backoff (`producer_metadata`); the share of a round of
-its fetch loop that changelog records take (`replica_share`) and stream records take, of each
-partition and in all (`partition_share`). (Tables are kept in streamapp's own RocksDB store,
-`streamapp.runtime.stores`, which Faust loads through its public ``faust.stores`` entry point.)
+once per batch (`batch_table`); its exactly_once sends, in the transaction of the record they
+are made for (`sends`), and what its topics send, encoded with codecs looked up once
+(`send_codecs`) and handed to the producer without Faust's layers in between (`direct_send`);
+the offsets reader's metadata of topics it finds unknown (`unknown_topics`); aiokafka's
+producer sender's metadata refreshes, spaced by its retry backoff (`producer_metadata`); the
+share of a round of its fetch loop that changelog records take (`replica_share`) and stream
+records take, of each partition and in all (`partition_share`). Tables are kept in
+streamapp's own RocksDB store (`streamapp.runtime.stores`), which Faust loads through its
+public ``faust.stores`` entry point: no private name of Faust's stores is used.
 Every private name those rely on is listed in `PRIVATE_NAMES` below, and nowhere else in
 streamapp is one named (a unit test reads every module for them).
 
