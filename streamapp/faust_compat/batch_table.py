@@ -1,5 +1,5 @@
 """A table's reads and writes in a batch, with what a per-call read or write looks up looked up
-once per batch (issue 16).
+once per batch.
 
 A table read or write in an agent, through the store's per-call path (``get_bytes`` /
 ``set_bytes`` of `streamapp.runtime.stores.RocksDBStore`, Faust's rules), does per call:

@@ -1,5 +1,5 @@
 """A batch's table reads and writes look the partition, key index and sensors up once per batch,
-and leave what the per-call store calls leave (issue 16, `batch_table`).
+and leave what the per-call store calls leave (`batch_table`).
 
 A real rocksdict store in a temporary directory (streamapp's, `streamapp.runtime.stores`);
 Faust's own producer object, its aiokafka producer a stand-in that keeps what it is sent and
