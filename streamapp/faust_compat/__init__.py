@@ -5,7 +5,7 @@ consumer's fetch, commit and rebalance paths (`streamapp.faust_compat.transport`
 recovery (`streamapp.faust_compat.recovery`), its app's producer start and transport
 (`streamapp.faust_compat.app`), its assignor's leader step (`streamapp.faust_compat.assignor`),
 and reads and writes of its internals for the rest of streamapp: the group coordinator, the
-assignment hand-over, its RocksDB store's open handles (`streamapp.faust_compat.access`); the
+assignment hand-over (`streamapp.faust_compat.access`); the
 worker's Kafka clients in Faust's aiokafka driver, streamapp's own (`worker_clients`); Faust's
 table writes, encoded once
 (`encode_once`); the expiry heap of its windowed tables, rebuilt after a recovery
@@ -22,10 +22,9 @@ its topics send, encoded with codecs looked up once (`send_codecs`) and handed t
 producer without Faust's layers in between (`direct_send`); the offsets
 reader's metadata of topics it finds unknown (`unknown_topics`); the share of a round of
 its fetch loop that changelog records take (`replica_share`) and stream records take, of each
-partition and in all (`partition_share`); its RocksDB store's revocation, closing stores off
-the event loop and without a full garbage collection at every rebalance (`store_revoke`); the
-persisted offsets of its open stores, noted as they are written, for the join metadata
-(`store_offsets`).
+partition and in all (`partition_share`). Tables are kept in streamapp's own RocksDB store
+(`streamapp.runtime.stores`), which Faust loads through its public ``faust.stores`` entry
+point: no private name of Faust's stores is used.
 Every private name those rely on is listed in `PRIVATE_NAMES` below, and nowhere else in
 streamapp is one named (a unit test reads every module for them), except aiokafka's in the
 worker's group protocol (`streamapp.runtime.group`) and producer (`streamapp.runtime.producer`),
@@ -163,25 +162,7 @@ PRIVATE_NAMES: dict[str, tuple[str, ...]] = {
         # offline_delivery: its batches taken and delivered without a broker (a benchmark)
         "_message_accumulator",
     ),
-    "faust.stores.rocksdb:Store": (
-        "_dbs",  # access, store_revoke, store_offsets, window_expiry, batch_table: open handles
-        "_key_index",  # access: cleared; batch_table: a batch's keys noted once per batch
-        "_open_for_partition",  # store_revoke: a store still locked here, collected and retried
-        "_db_for_partition",  # batch_table: a batch's reads and writes, partition found once;
-        # access: a replayed set's partition (set_tables)
-        "_get",  # batch_table: compared, the store reads and writes as batch_table does
-        "_set",
-    ),
-    "faust.stores.base:SerializedStore": (
-        "_encode_key",  # encode_once: one encoding per key and value a write needs
-        "_encode_value",
-        "_decode_value",
-        "_decode_key",  # window_expiry: stored keys read back as Faust reads them
-        "_get",
-        "_set",
-    ),
     "faust.tables.base:Collection": (
-        "_data",  # store_offsets: a table's store, read only if created
         "_maybe_set_key_ttl",
         "_sensor_on_set",
         "_maybe_del_key_ttl",  # encode_once: a deletion in a batch, as Faust's on_key_del

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import faust
 from faust.types import TP, ProducerT, TransportT
 from mode.utils.futures import stampede
@@ -13,23 +11,11 @@ from mode.utils.queues import FlowControlEvent
 from streamapp.faust_compat import (
     dropped_records,
     incremental,
-    store_offsets,
-    store_revoke,
 )
 from streamapp.faust_compat.transport import Transport
 
 
 class FaustApp(faust.App):
-    def __init__(self, id: str, **options: Any) -> None:
-        # Before any table creates its store: revoked stores are closed off the event loop,
-        # with no garbage collection (`store_revoke`). Faust's revocation stopped every
-        # partition a worker kept, at each rebalance.
-        store_revoke.install()
-        # The offset of every store open here, noted as it is written: the join metadata
-        # reads those instead of opening each store again (`store_offsets`).
-        store_offsets.install()
-        super().__init__(id, **options)
-
     async def maybe_start_producer(self) -> ProducerT:
         """Faust's, without its three event-loop round trips on every call.
 

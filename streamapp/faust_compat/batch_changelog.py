@@ -85,7 +85,6 @@ from faust.exceptions import ProducerSendError
 from faust.transport.drivers.aiokafka import Producer as FaustProducer
 from faust.types import TP, AppT
 
-from streamapp.faust_compat import batch_table
 from streamapp.faust_compat.batch_table import BatchTable
 from streamapp.faust_compat.sends import source_transactional_id
 from streamapp.runtime.producer import batch_append
@@ -135,7 +134,7 @@ class BatchChangelog:
         for table in self.tables.values():
             if table is not None:
                 if finished:
-                    batch_table.flush(table.store)
+                    table.store.write_pending()
                 else:
                     table.discard()
                 table.index_keys()

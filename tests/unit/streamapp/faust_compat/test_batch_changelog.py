@@ -216,7 +216,7 @@ async def test_a_key_written_again_sends_only_its_last_write_which_rebuilds_the_
             replayed.pop(key, None)
         elif key is not None and value is not None:
             replayed[key] = value
-    assert sorted(replayed.items()) == sorted(counts.data._db_for_partition(2).items())
+    assert sorted(replayed.items()) == sorted(counts.data.items_of(2))
 
 
 async def test_records_go_to_the_batches_per_record_sends_fill(
