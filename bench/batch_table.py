@@ -1,4 +1,4 @@
-"""What a batch agent's ``table[key] += 1`` costs, through Faust's store calls and through
+"""What a batch agent's ``table[key] += 1`` costs, through the store's per-call path and through
 `streamapp.faust_compat.batch_table`, side by side in one process.
 
     .venv/bin/python -m bench.batch_table [--calls 5000] [--rounds 5]
@@ -9,9 +9,10 @@ least disturbed): one batch of ``n`` records, each doing the throughput benchmar
 ``bench/apps/throughput_app.py``), on a real RocksDB store in a temporary directory, with
 Faust's monitor as the app's sensor (as in a worker) and the batch's changelog records
 collected as `streamapp.batches` does (`batch_changelog`; not sent: the producer is not in
-either number). "Faust's store calls" is the same table with `batch_table`'s path turned off
-(the store's ``_get`` / ``_set``, its key index and the sensors per call); "batch_table" is
-the table as streamapp makes it. Divide by ``n`` for a record. Never part of the tests.
+either number). "Faust's calls" is the same table with `batch_table`'s path turned off (the
+store's ``get_bytes`` / ``set_bytes``, which find the partition as Faust's store does, its key
+index and the sensors per call); "batch_table" is the table as streamapp makes it. Divide by
+``n`` for a record. Never part of the tests.
 """
 
 from __future__ import annotations

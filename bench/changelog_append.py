@@ -1,10 +1,10 @@
 """What a batch's changelog records cost the worker's process on aiokafka's producer: one
-``send`` per record, against `streamapp.faust_compat.accumulator_append` (docs/performance.md).
+``send`` per record, against `streamapp.runtime.producer.batch_append` (docs/performance.md).
 
     .venv/bin/python -m bench.changelog_append [--batches 2000] [--rounds 5]
 
 Starts a local broker (one topic of six partitions) and one started aiokafka producer (acks
-all, no linger, Faust's batch size), with streamapp's ``producer_wait`` installed as in a
+all, no linger, Faust's batch size), streamapp's ``WorkerProducer`` as in a
 worker. Each side hands ``--batches`` agent batches of ``n`` records (the throughput
 benchmark's key and value sizes, batch ``i`` to partition ``i % 6``) to the producer, as
 `batch_changelog` does at a batch's end, then waits for every batch's last record to be
@@ -26,9 +26,10 @@ from typing import Any
 from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from streamapp.faust_compat import accumulator_append, producer_wait
 from streamapp.kafka import LocalKafka
 from streamapp.kafka.probe import free_port
+from streamapp.runtime.producer import batch_append
+from streamapp.runtime.producer.client import WorkerProducer
 
 TOPIC = "bench-changelog-append"
 PARTITIONS = 6
@@ -46,7 +47,7 @@ async def per_record(producer: AIOKafkaProducer, records: Records) -> asyncio.Fu
 
 
 async def appended(producer: AIOKafkaProducer, records: Records) -> asyncio.Future[Any]:
-    ((fut, _),) = (await accumulator_append.send(producer, records)).values()
+    ((fut, _),) = (await batch_append.send(producer, records)).values()
     return fut
 
 
@@ -66,13 +67,12 @@ async def run(bootstrap: str, args: argparse.Namespace) -> None:
         await admin.create_topics([NewTopic(TOPIC, PARTITIONS, 1)])
     finally:
         await admin.close()
-    producer_wait.install()
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=0)
+    producer = WorkerProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=0)
     await producer.start()
     try:
         for partition in range(PARTITIONS):  # the new topic's leaders known, before timing
             await producer.send_and_wait(TOPIC, b"first", key=b"k", partition=partition)
-        sides = {"send per record": per_record, "accumulator_append": appended}
+        sides = {"send per record": per_record, "batch_append": appended}
         print(f"CPU µs per record, best of {args.rounds} alternating rounds")
         print(f"{'records per batch':<18} {'send per record':>16} {'appended':>10} {'ratio':>7}")
         for n in args.sizes:

@@ -18,6 +18,7 @@ from streamapp.faust_compat.app import FaustApp
 from streamapp.runtime.consumer import Consumer as StreamappConsumer
 from streamapp.runtime.driver import driver_urls
 from streamapp.runtime.flow import FlowControl
+from streamapp.runtime.stores import STORE_URL, own_store_url
 from streamapp.settings import RebalanceProtocol, StreamappSettings, resolve
 from tables import clean_shutdown, damaged
 
@@ -70,7 +71,9 @@ class App(FaustApp):
 
     Use it exactly as a `faust.App`: every Faust setting is still a keyword (or Faust's
     environment variable), and topics, tables, agents and timers are Faust's. streamapp changes
-    a few of Faust's defaults (a keyword you give wins): ``store="rocksdb://"``,
+    a few of Faust's defaults (a keyword you give wins): ``store="rocksdb://"`` (streamapp's
+    RocksDB store, `streamapp.runtime.stores`, on Faust's on-disk layout; ``rocksdb://`` given to
+    the App or to a table means it too, ``memory://`` keeps Faust's in-memory store),
     ``table_standby_replicas`` from ``num_standby_replicas``, ``producer_linger`` 5 ms (50 ms
     under exactly_once), ``producer_max_batch_size`` 64 KiB, ``web_bind="127.0.0.1"``, and
     streamapp's partition assignor, table manager, topic, agent, table and worker classes.
@@ -151,7 +154,8 @@ class App(FaustApp):
         }
         settings = resolve(self.streamapp_keywords)
         self.streamapp_settings = settings
-        options.setdefault("store", "rocksdb://")
+        # streamapp's RocksDB store (streamapp.runtime.stores), also for a "rocksdb://" given.
+        options["store"] = own_store_url(options.get("store") or STORE_URL)
         options.setdefault("table_standby_replicas", settings.num_standby_replicas)
         # Changelog and output records batched: see DEFAULT_PRODUCER_LINGER_S (and its
         # exactly_once value). An App keyword or Faust's PRODUCER_LINGER /

@@ -53,8 +53,8 @@ from weakref import WeakKeyDictionary
 from faust.types import TP, ChannelT, EventT, StreamT
 
 from streamapp.faust_compat import batch_changelog
-from streamapp.runtime.consumer import Consumer as StreamappConsumer
 from streamapp.faust_compat.batch_stream import set_current_event, stop_iteration
+from streamapp.runtime.consumer import Consumer as StreamappConsumer
 
 logger = logging.getLogger(__name__)
 

@@ -27,6 +27,8 @@ from typing import Any
 import faust
 from faust.types import TP, AppT, EventT
 
+from streamapp.runtime.stores import OnStreamappStore
+
 
 class UndecodableChangelogRecord(faust.Event):
     """Stands in for a changelog record whose key or value did not decode (key and value None;
@@ -96,5 +98,6 @@ class SkipsUndecodableChangelogRecords:
             await super().on_changelog_event(event)  # type: ignore[misc]
 
 
-class GlobalTable(SkipsUndecodableChangelogRecords, faust.GlobalTable):
-    """Faust's GlobalTable, whose recovery skips changelog records it cannot decode."""
+class GlobalTable(OnStreamappStore, SkipsUndecodableChangelogRecords, faust.GlobalTable):
+    """Faust's GlobalTable on streamapp's RocksDB store, whose recovery skips changelog records
+    it cannot decode."""

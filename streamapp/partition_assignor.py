@@ -4,7 +4,8 @@ It gathers facts and applies decisions, and decides nothing itself:
 
 - ``metadata()``: this worker's identity, what it held, and the changelog offsets of every local
   store on disk (`tables.inventory.LocalStateInventory`; a store open here by the offset noted
-  as it was written, `streamapp.faust_compat.store_offsets`), encoded by `assignor.metadata_codec`.
+  as it was written, `streamapp.runtime.stores.open_offsets`), encoded by
+  `assignor.metadata_codec`.
 - ``assign()`` (group leader): every member decoded into a plan.md scenario
   (`streamapp.group_scenario`), `assignor.plan` called, each member's share encoded. The leader
   trusts only what it can check: a member whose metadata does not decode gets no work; offsets
@@ -48,7 +49,6 @@ from assignor.metadata_codec import (
 )
 from standby.replica_offsets import with_applied
 from standby.runtime import ReplicaRuntime
-from streamapp.faust_compat import store_offsets
 from streamapp.faust_compat.access import assignor_url, install_assignment
 from streamapp.faust_compat.assignor import FaustPartitionAssignor
 from streamapp.group_scenario import (
@@ -64,6 +64,7 @@ from streamapp.group_scenario import (
     with_global_tables,
 )
 from streamapp.left_out_topics import LeftOutTopics
+from streamapp.runtime import stores
 from streamapp.settings import RebalanceProtocol, StreamappSettings
 from tables.identity import load_or_create_client_id
 from tables.inventory import LocalStateInventory
@@ -180,9 +181,7 @@ class StreamappPartitionAssignor(FaustPartitionAssignor):
 
     def metadata(self, topics: set[str]) -> ConsumerProtocolMemberMetadata:
         # Stores open here are not opened again: their offsets are noted as they are written.
-        offsets = self.inventory().offsets(
-            known=store_offsets.open_offsets(self.app.tables.values())
-        )
+        offsets = self.inventory().offsets(known=stores.open_offsets(self.app.tables.values()))
         runtime = self.runtime
         if runtime is not None:
             # A replica's records are written to its store in batches: report what was applied.
@@ -214,7 +213,7 @@ class StreamappPartitionAssignor(FaustPartitionAssignor):
             ends.setdefault(tp.topic, {})[tp.partition] = end
         return ends
 
-    # -- the rebalance protocol (asked by `streamapp.faust_compat.coordinator`) --
+    # -- the rebalance protocol (asked by `streamapp.runtime.group.cooperative`) --
 
     def keeps_owned_through_join(self) -> bool:
         """Whether this worker keeps what it owns through the next join (KIP-429).

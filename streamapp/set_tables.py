@@ -17,7 +17,8 @@ Here the store is the truth and memory a cache of the active partitions' sets:
 - an operation stores the set as it is after the operation, in the partition of the record
   being processed, right after its changelog record is sent;
 - a replayed changelog record is applied to the set stored in its own partition, and the
-  partition's persisted offset is written after the sets it covers (`StoredSets.apply`);
+  partition's persisted offset is written with the sets it covers, in one write batch
+  (`StoredSets.apply_changelog_batch`);
 - a completed recovery loads the partitions it recovered and drops those no longer active;
   the sets of partitions that stayed are left as they are.
 
@@ -37,7 +38,6 @@ import logging
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from faust.stores.rocksdb import Store as RocksDBStore
 from faust.streams import current_event
 from faust.tables.sets import (
     OPERATION_ADD,
@@ -47,9 +47,8 @@ from faust.tables.sets import (
     ChangeloggedSetManager,
 )
 from faust.types import TP, EventT
-from rocksdict import WriteBatch
 
-from streamapp.faust_compat.access import store_partition_handle
+from streamapp.runtime.stores import RocksDBStore
 
 logger = logging.getLogger(__name__)
 
@@ -98,8 +97,8 @@ class StoredSets(ChangeloggedSetManager):
     """The sets of one table of sets: in memory for the active partitions, in the table's
     store for every partition held here (see the module docs).
 
-    A store other than Faust's RocksDB store (``memory://``) keeps Faust's behaviour, which is
-    right there: its stored sets are the live ones.
+    A store other than streamapp's RocksDB store (``memory://``) keeps Faust's behaviour, which
+    is right there: its stored sets are the live ones.
     """
 
     ValueType = StoredSet
@@ -136,16 +135,17 @@ class StoredSets(ChangeloggedSetManager):
         to_key: Callable[[Any], Any],
         to_value: Callable[[Any], Any],
     ) -> None:
-        """Apply replayed changelog records to the sets stored in their partitions, then move
-        each partition's persisted offset past them; sets of loaded partitions in memory too."""
+        """Apply replayed changelog records to the sets stored in their partitions, each
+        partition's with its persisted offset past them in one write batch; sets of loaded
+        partitions in memory too."""
         if self.rocksdb is None:
             super().apply_changelog_batch(batch, to_key, to_value)
             return
         changed: dict[int, dict[Any, set[Any]]] = {}
-        offsets: dict[TP, int] = {}
+        offsets: dict[int, int] = {}
         for event in batch:
             tp = event.message.tp
-            offsets[tp] = max(event.message.offset, offsets.get(tp, -1))
+            offsets[tp.partition] = max(event.message.offset, offsets.get(tp.partition, -1))
             if event.key is None:
                 raise RuntimeError("Changelog key cannot be None")
             operation, raw_key = event.key
@@ -156,9 +156,7 @@ class StoredSets(ChangeloggedSetManager):
                 members = sets[key] = self.stored(tp.partition, key)
             apply_operation(members, operation, to_value(event.value))
         for partition, sets in changed.items():
-            self._write(partition, sets)
-        for tp, offset in offsets.items():
-            self.storage.set_persisted_offset(tp, offset)
+            self._write(partition, sets, offsets[partition])
         for partition, sets in changed.items():
             if partition in self.loaded:
                 for key, members in sets.items():
@@ -202,8 +200,7 @@ class StoredSets(ChangeloggedSetManager):
 
     def stored(self, partition: int, key: Any) -> set[Any]:
         """The set of ``key`` as stored in ``partition`` (empty if none is)."""
-        storage = self.storage
-        raw = store_partition_handle(storage, partition).get(self._key_bytes(key))
+        raw = self._rocksdb().read(partition, self._key_bytes(key))
         if raw is None:
             return set()
         return set(self._value_of(raw))
@@ -211,15 +208,8 @@ class StoredSets(ChangeloggedSetManager):
     def stored_sets(self, partition: int) -> Iterator[tuple[Any, set[Any]]]:
         """Every set stored in ``partition``."""
         storage = self._rocksdb()
-        offset_key = storage.offset_key
-        # items(), not iteration: a raw-mode Rdict iterates by index lookups, which it refuses.
-        for raw_key, raw in store_partition_handle(storage, partition).items():
-            if raw_key == offset_key:
-                continue
-            key = self.table.app.serializers.loads_key(
-                storage.key_type, raw_key, serializer=storage.key_serializer
-            )
-            yield key, set(self._value_of(raw))
+        for raw_key, raw in storage.items_of(partition):
+            yield storage.decode_key(raw_key), set(self._value_of(raw))
 
     def _rocksdb(self) -> RocksDBStore:
         assert self.rocksdb is not None, "only a RocksDB store keeps sets by partition"
@@ -240,16 +230,16 @@ class StoredSets(ChangeloggedSetManager):
             storage.value_type, raw, serializer=storage.value_serializer
         )
 
-    def _write(self, partition: int, sets: dict[Any, set[Any]]) -> None:
+    def _write(self, partition: int, sets: dict[Any, set[Any]], offset: int) -> None:
+        """Store ``sets`` in ``partition`` with its persisted ``offset``, in one write batch."""
         storage = self.storage
         serializers = self.table.app.serializers
-        batch = WriteBatch(raw_mode=True)
+        writes: dict[bytes, bytes | None] = {}
         for key, members in sets.items():
-            value = serializers.dumps_value(
+            writes[self._key_bytes(key)] = serializers.dumps_value(
                 storage.value_type, members, serializer=storage.value_serializer
             )
-            batch.put(self._key_bytes(key), value)
-        store_partition_handle(storage, partition).write(batch)
+        self._rocksdb().write(partition, writes, offset)
 
     def _cache(self, key: Any, members: set[Any], partition: int) -> None:
         self.set_of(key).data = set(members)

@@ -13,7 +13,7 @@ Those objects are still freed when their last reference goes; only a reference c
 them would never be collected. Objects made later are collected as before.
 
 `collect_all` is the full collection for the few places that need one to free a cycle (a
-RocksDB handle still holding its lock, `streamapp.faust_compat.store_revoke`): it puts the
+RocksDB handle still holding its lock, `streamapp.runtime.store_handles`): it puts the
 frozen objects back in the collector's care first, collects, and freezes what is left again.
 """
 

@@ -55,7 +55,7 @@ BROKER_CONNECT_TIMEOUT_S = 3.0
 KAFKA_DEFAULT_PORT = 9092
 
 #: The exit status of a worker whose group.instance.id another worker took (see
-#: `streamapp.faust_compat.static_membership`): not 2, as it was no bad option.
+#: `streamapp.runtime.group.static_membership`): not 2, as it was no bad option.
 FENCED_EXIT_STATUS = 3
 
 # The data dir lock of this process, held until it exits (see `tables.data_dir_lock`).
@@ -352,7 +352,7 @@ def use_static_membership(app: faust.App, settings: StreamappSettings) -> None:
     Faust hands ``consumer_group_instance_id`` to aiokafka; an app that sets one keeps its own.
     The client id is unique per data dir, and the data dir's lock keeps one worker per data dir,
     so two live workers join under one instance id only when two data dirs were given the same
-    ``--client-id`` (see `streamapp.faust_compat.static_membership` for what happens then).
+    ``--client-id`` (see `streamapp.runtime.group.static_membership` for what happens then).
     """
     if not settings.static_membership or settings.client_id is None:
         return
@@ -507,7 +507,7 @@ def run_worker(args: argparse.Namespace) -> int:
         faust_cli.main(args=faust_args, prog_name="streamapp worker", standalone_mode=True)
     except SystemExit as exc:
         status = int(exc.code or 0) if not isinstance(exc.code, str) else 1
-    from streamapp.faust_compat.static_membership import fenced_message
+    from streamapp.runtime.group.static_membership import fenced_message
 
     fenced = fenced_message()
     if fenced is not None:

@@ -1,11 +1,13 @@
-"""Where `tables.damaged` meets Faust's rocksdb ``Store``: close a partition's store, set it aside.
+"""Where `tables.damaged` meets a table's RocksDB store: close a partition's store, set it aside.
 
-Faust's store keeps one open rocksdict handle per partition and opens a missing one on first
-use, creating an empty store. So a store set aside while the worker runs must first leave the
-open handles and be closed (RocksDB holds its directory's ``LOCK``), and the store's key ->
-partition cache must forget it (its entries would send reads to a partition it no longer has);
-the next use then creates a fresh store, which recovery fills from the changelog. No public
-Faust API does either: `streamapp.faust_compat.access` does it.
+The store keeps one open rocksdict handle per partition and opens a missing one on first use,
+creating an empty store. So a store set aside while the worker runs must first leave the open
+handles and be closed (RocksDB holds its directory's ``LOCK``), and the store's key -> partition
+index must forget it (its entries would send reads to a partition it no longer has); the next
+use then creates a fresh store, which recovery fills from the changelog. The store does both
+(``close_partition``): this module needs no more of it than `PartitionStore` says, which
+streamapp's store (`streamapp.runtime.stores`) provides; a store without it (``memory://``,
+Faust's own RocksDB store) has nothing here to guard.
 """
 
 from __future__ import annotations
@@ -14,28 +16,49 @@ import asyncio
 import logging
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Protocol, runtime_checkable
 
-from faust.stores.rocksdb import Store as RocksDBStore
 from faust.tables.objects import ChangeloggedObjectManager
 from faust.types import TP
 from faust.types.tables import CollectionT
 
-from streamapp.faust_compat.access import forget_store_partition, open_store_partitions
 from tables.clean_shutdown import mark_active
 from tables.damaged import beyond_partition_count, move_aside, stores_of, unreadable_because
 
 logger = logging.getLogger(__name__)
 
 
-def rocksdb_store(table: CollectionT) -> RocksDBStore | None:
-    """The table's store when it is Faust's rocksdb store (a memory store has nothing on disk);
-    for a table of sets, the store its sets are kept in."""
+@runtime_checkable
+class PartitionStore(Protocol):
+    """What this module needs of a table's store: one store on disk per partition, at Faust's
+    paths, whose open handles it can tell and close."""
+
+    def partition_path(self, partition: int) -> Path:
+        """Where the store of ``partition`` is (``<tabledir>/<table>-<partition>.db``)."""
+        ...
+
+    @property
+    def basename(self) -> Path:
+        """The prefix of the table's store directories (its name)."""
+        ...
+
+    def open_partitions(self) -> set[int]:
+        """The partitions whose store is open here."""
+        ...
+
+    def close_partition(self, partition: int) -> None:
+        """Close the partition's store if open, and forget it (the next use creates it)."""
+        ...
+
+
+def rocksdb_store(table: CollectionT) -> PartitionStore | None:
+    """The table's store when it keeps its partitions on disk as `PartitionStore` says (a
+    memory store has nothing on disk); for a table of sets, the store its sets are kept in."""
     # `data` is on Faust's Collection, not on the CollectionT interface.
     store = table.data  # type: ignore[attr-defined]
     if isinstance(store, ChangeloggedObjectManager):
         store = store.storage
-    return store if isinstance(store, RocksDBStore) else None
+    return store if isinstance(store, PartitionStore) else None
 
 
 def changelog_topic(table: CollectionT) -> str:
@@ -50,10 +73,7 @@ def close_and_move_aside(table: CollectionT, partition: int) -> Path | None:
     store = rocksdb_store(table)
     if store is None:
         return None
-    db: Any = forget_store_partition(store, partition)
-    if db is not None:
-        db.close()
-        del db
+    store.close_partition(partition)
     path = store.partition_path(partition)
     if not path.exists():
         return None
@@ -106,7 +126,7 @@ def set_aside_unreadable(table: CollectionT, tps: Iterable[TP]) -> list[Path]:
     topic = changelog_topic(table)
     moved: list[Path] = []
     for partition in sorted({tp.partition for tp in tps if tp.topic == topic}):
-        if partition in open_store_partitions(store):
+        if partition in store.open_partitions():
             continue
         path = store.partition_path(partition)
         error = unreadable_because(path) if path.is_dir() else None
@@ -140,7 +160,7 @@ def set_aside_beyond_partition_count(table: CollectionT, partition_count: int | 
         partition, path = found.partition, found.path
         if not beyond_partition_count(partition, partition_count):
             continue
-        if partition in open_store_partitions(store):
+        if partition in store.open_partitions():
             continue
         target = move_aside(path)
         logger.warning(

@@ -5,32 +5,30 @@ consumer's fetch, commit and rebalance paths (`streamapp.faust_compat.transport`
 recovery (`streamapp.faust_compat.recovery`), its app's producer start and transport
 (`streamapp.faust_compat.app`), its assignor's leader step (`streamapp.faust_compat.assignor`),
 and reads and writes of its internals for the rest of streamapp: the group coordinator, the
-assignment hand-over, its RocksDB store's open handles (`streamapp.faust_compat.access`); and
-aiokafka's group coordinator and producer (`coordinator`, `producer_wait`), a worker's
-heartbeats right after a cooperative join (`second_round`), and the group requests of a static
-member (`static_membership`); Faust's table writes, encoded once
+assignment hand-over (`streamapp.faust_compat.access`); the
+worker's Kafka clients in Faust's aiokafka driver, streamapp's own (`worker_clients`); Faust's
+table writes, encoded once
 (`encode_once`); the expiry heap of its windowed tables, rebuilt after a recovery
 (`window_expiry`); its rebalance handlers, made incremental under the cooperative protocol
 (`incremental`); its fetch loop's hand-out of each record, without a task per record
 (`eager_hand_out`); its stream's acks and current event for an agent over batches
 (`batch_stream`), a batch topic's records handed out in one call (`batch_hand_out`) and a
 fetched partition's at a time (`partition_hand_out`), a batch's changelog records and
-join output, sent together (`batch_changelog`) and put in aiokafka's open batches without a
-future each (`accumulator_append`; `offline_delivery` delivers them without a broker, for a
-benchmark), and a batch's table reads and writes, with the partition, key
+join output, sent together (`batch_changelog`; `offline_delivery` delivers them without a
+broker, for a benchmark), and a batch's table reads and writes, with the partition, key
 index and sensors looked up once per batch (`batch_table`); its
 exactly_once sends, in the transaction of the record they are made for (`sends`), and what
 its topics send, encoded with codecs looked up once (`send_codecs`) and handed to the
 producer without Faust's layers in between (`direct_send`); the offsets
-reader's metadata of topics it finds unknown (`unknown_topics`); aiokafka's producer sender's
-metadata refreshes, spaced by its retry backoff (`producer_metadata`); the share of a round of
+reader's metadata of topics it finds unknown (`unknown_topics`); the share of a round of
 its fetch loop that changelog records take (`replica_share`) and stream records take, of each
-partition and in all (`partition_share`); its RocksDB store's revocation, closing stores off
-the event loop and without a full garbage collection at every rebalance (`store_revoke`); the
-persisted offsets of its open stores, noted as they are written, for the join metadata
-(`store_offsets`).
+partition and in all (`partition_share`). Tables are kept in streamapp's own RocksDB store
+(`streamapp.runtime.stores`), which Faust loads through its public ``faust.stores`` entry
+point: no private name of Faust's stores is used.
 Every private name those rely on is listed in `PRIVATE_NAMES` below, and nowhere else in
-streamapp is one named (a unit test reads every module for them).
+streamapp is one named (a unit test reads every module for them), except aiokafka's in the
+worker's group protocol (`streamapp.runtime.group`) and producer (`streamapp.runtime.producer`),
+each with its own list and check.
 
 At import, this package checks that the installed Faust and aiokafka are the versions these
 touch points were written against, and that each listed name still exists. Anything else
@@ -41,12 +39,11 @@ our own). Set ``STREAMAPP_SKIP_FAUST_CHECK=1`` to try other versions at your own
 
 from __future__ import annotations
 
-import dis
-import importlib
 import os
-from collections.abc import Iterator
 from importlib import metadata
-from types import CodeType, FunctionType
+
+# The name check is shared with the runtime's own (`streamapp.runtime.library_check`).
+from streamapp.runtime.library_check import has_name, name_problems
 
 #: The releases every touch point was checked against (pyproject.toml pins the same).
 PINNED_VERSIONS = {"faust-streaming": "0.15.3", "aiokafka": "0.14.0"}
@@ -56,8 +53,7 @@ PINNED_VERSIONS = {"faust-streaming": "0.15.3", "aiokafka": "0.14.0"}
 #: the class or one of its bases (`_has_name`).
 PRIVATE_NAMES: dict[str, tuple[str, ...]] = {
     "faust.transport.drivers.aiokafka:AIOKafkaConsumerThread": (
-        "_create_worker_consumer",  # transport fix 1: our assignor, always
-        "_assignor",
+        "_create_worker_consumer",  # worker_clients: streamapp's own consumer (fix 1)
         "_ensure_consumer",
         "_consumer",  # access.group_coordinator
         "_highwaters",  # transport fix 2 and 13: ends by ListOffsets, on the offsets reader
@@ -121,10 +117,9 @@ PRIVATE_NAMES: dict[str, tuple[str, ...]] = {
         "_changelogs",  # incremental: changelog topic -> table, as Faust's on_rebalance reads
     ),
     "aiokafka.consumer.consumer:AIOKafkaConsumer": (
-        "_partition_assignment_strategy",  # read by start() to build the coordinator
-        "_subscription",
-        "_coordinator",
-        "_client",  # static_membership wraps its send and close
+        "_subscription",  # transport fix 7: a partition's position
+        "_coordinator",  # access.group_coordinator
+        "_client",  # access.refresh_worker_metadata, unknown_topics
         "_fetcher",  # transport fix 16: a short fetch wait while recovering
     ),
     "aiokafka.consumer.fetcher:Fetcher": (
@@ -143,24 +138,7 @@ PRIVATE_NAMES: dict[str, tuple[str, ...]] = {
         "_update_assignment",
     ),
     "aiokafka.consumer.group_coordinator:GroupCoordinator": (
-        "_perform_assignment",  # coordinator: an envelope aiokafka cannot decode is no crash
-        "_on_join_prepare",  # coordinator: the cooperative protocol keeps owned partitions
-        "_on_join_complete",  # coordinator: ... and revokes only what it lost
-        "_assignors",
-        "_subscription",
-        "_group_subscription",
         "_metadata_snapshot",  # transport fix 26: read by Faust's topic_partitions, 0 = unknown
-        "_maybe_do_last_autocommit",
-        "_do_commit_offsets",  # coordinator: a refused old-generation commit resets nothing new
-        "_heartbeat_routine",  # second_round: prompt heartbeats after a cooperative join
-        "_start_heartbeat_task",
-        "_do_heartbeat",
-        "_heartbeat_interval_ms",
-    ),
-    "aiokafka.consumer.group_coordinator:CoordinatorGroupRebalance": (
-        "_send_sync_group_request",  # coordinator: error answers retried, not raised
-        "_coordinator",
-        "_retry_backoff_ms",
     ),
     "faust.assignor.partition_assignor:PartitionAssignor": (
         "_perform_assignment",
@@ -180,47 +158,13 @@ PRIVATE_NAMES: dict[str, tuple[str, ...]] = {
         "_producer",  # batch_changelog: a batch's changelog records, on aiokafka's producer
         "_transaction_producers",
         "_trn_locks",
+        "_producer_type",  # worker_clients: streamapp's own aiokafka producer
     ),
     "aiokafka.producer.producer:AIOKafkaProducer": (
-        "_sender",  # producer_metadata (transport fix 22): its sender's refreshes, spaced
-        "_message_accumulator",  # accumulator_append: a batch's records, no futures; and
         # offline_delivery: its batches taken and delivered without a broker (a benchmark)
-        "_txn_manager",  # accumulator_append: what send checks, checked as send does
-        "_key_serializer",
-        "_value_serializer",
-        "_max_request_size",
-        "_partition",  # accumulator_append: an output record's partition, as send picks it
-    ),
-    "aiokafka.producer.message_accumulator:MessageAccumulator": (
-        "_batches",  # accumulator_append: a partition's open batch, as add_message finds it
-        "_closed",  # accumulator_append: what add_message checks
-        "_exception",
-    ),
-    "aiokafka.producer.message_accumulator:MessageBatch": (
-        "_builder",  # accumulator_append: a record appended without a future
-    ),
-    "aiokafka.producer.sender:Sender": (
-        "_retry_backoff",  # producer_metadata: the backoff between them
-    ),
-    "faust.stores.rocksdb:Store": (
-        "_dbs",  # access, store_revoke, store_offsets, window_expiry, batch_table: open handles
-        "_key_index",  # access: cleared; batch_table: a batch's keys noted once per batch
-        "_open_for_partition",  # store_revoke: a store still locked here, collected and retried
-        "_db_for_partition",  # batch_table: a batch's reads and writes, partition found once;
-        # access: a replayed set's partition (set_tables)
-        "_get",  # batch_table: compared, the store reads and writes as batch_table does
-        "_set",
-    ),
-    "faust.stores.base:SerializedStore": (
-        "_encode_key",  # encode_once: one encoding per key and value a write needs
-        "_encode_value",
-        "_decode_value",
-        "_decode_key",  # window_expiry: stored keys read back as Faust reads them
-        "_get",
-        "_set",
+        "_message_accumulator",
     ),
     "faust.tables.base:Collection": (
-        "_data",  # store_offsets: a table's store, read only if created
         "_maybe_set_key_ttl",
         "_sensor_on_set",
         "_maybe_del_key_ttl",  # encode_once: a deletion in a batch, as Faust's on_key_del
@@ -245,79 +189,12 @@ PRIVATE_NAMES: dict[str, tuple[str, ...]] = {
 }
 
 
+#: A listed name counts as present if the class has it or its code sets or reads it on self.
+_has_name = has_name
+
+
 class FaustCompatError(ImportError):
     """The installed Faust or aiokafka is not what streamapp's touch points were written for."""
-
-
-#: Bytecode that reads, calls, sets or deletes an attribute of the object just loaded.
-_ATTRIBUTE_OPS = frozenset({"LOAD_ATTR", "LOAD_METHOD", "STORE_ATTR", "DELETE_ATTR"})
-#: Bytecode that loads a local or closure variable (``self`` in a method or in a closure);
-#: later CPythons add variants (LOAD_FAST_CHECK, LOAD_FAST_LOAD_FAST, LOAD_FAST_BORROW, ...).
-_LOAD_VARIABLE = ("LOAD_FAST", "LOAD_DEREF", "LOAD_CLOSURE", "LOAD_CLASSDEREF")
-#: Where a descriptor keeps its functions: staticmethod, classmethod, property, wraps.
-_FUNCTION_SLOTS = ("__func__", "fget", "fset", "fdel", "func", "__wrapped__")
-
-
-def _code_objects(cls: type) -> Iterator[CodeType]:
-    """The code of every function defined in ``cls`` and its bases, nested code included
-    (closures, comprehensions), functions held by descriptors too (property, classmethod,
-    mode's cached_property, which keeps them in its ``__dict__``)."""
-    for klass in cls.__mro__:
-        for value in vars(klass).values():
-            todo = [
-                code
-                for held in _held_functions(value)
-                if isinstance(code := getattr(held, "__code__", None), CodeType)
-            ]
-            while todo:
-                code = todo.pop()
-                yield code
-                todo.extend(c for c in code.co_consts if isinstance(c, CodeType))
-
-
-def _held_functions(value: object) -> list[object]:
-    """A class attribute and what it holds that may be a function."""
-    if isinstance(value, type):
-        return []  # a nested class: its code is its own
-    held = [value]
-    try:
-        held += [getattr(value, slot, None) for slot in _FUNCTION_SLOTS]
-        if not isinstance(value, FunctionType):
-            held += list(vars(value).values())
-    except Exception:  # an attribute that is no plain object (a proxy) holds no code of ours
-        pass
-    return held
-
-
-def _has_name(cls: type, name: str) -> bool:
-    """True if ``name`` is an attribute of ``cls``, or the code of ``cls`` or one of its bases
-    reads, sets or deletes ``self.<name>`` (an instance attribute, set in ``__init__`` or
-    elsewhere).
-
-    Read from the compiled code, not the source: ``inspect.getsource`` parses each class's
-    whole module again (about 1.5 s of every worker's import for these names); the bytecode
-    is already in memory, and a name only in a comment or a string does not count.
-    """
-    if hasattr(cls, name):
-        return True
-    for code in _code_objects(cls):
-        if name not in code.co_names:  # most code never names it: no need to disassemble
-            continue
-        self_loaded = False  # the instruction before loaded ``self``
-        for instruction in dis.get_instructions(code):
-            if self_loaded and instruction.opname in _ATTRIBUTE_OPS and instruction.argval == name:
-                return True
-            self_loaded = _loads_self(instruction)
-    return False
-
-
-def _loads_self(instruction: dis.Instruction) -> bool:
-    if not instruction.opname.startswith(_LOAD_VARIABLE):
-        return False
-    loaded = instruction.argval
-    if isinstance(loaded, tuple):  # LOAD_FAST_LOAD_FAST (3.13): the second one is on top
-        loaded = loaded[-1]
-    return bool(loaded == "self")
 
 
 def problems(names: dict[str, tuple[str, ...]], pinned: dict[str, str]) -> list[str]:
@@ -331,17 +208,7 @@ def problems(names: dict[str, tuple[str, ...]], pinned: dict[str, str]) -> list[
             continue
         if installed != wanted:
             found.append(f"{dist} {installed} is installed, streamapp was checked with {wanted}")
-    for owner, attrs in names.items():
-        module_name, _, class_name = owner.partition(":")
-        try:
-            cls = getattr(importlib.import_module(module_name), class_name)
-        except (ImportError, AttributeError):
-            found.append(f"{owner} no longer exists")
-            continue
-        missing = [name for name in attrs if not _has_name(cls, name)]
-        if missing:
-            found.append(f"{owner} has no {', '.join(missing)}")
-    return found
+    return found + name_problems(names)
 
 
 def check() -> None:

@@ -106,29 +106,6 @@ def assignor_url(assignor: Any) -> str:
     return str(assignor._url)
 
 
-def open_store_partitions(store: Any) -> set[int]:
-    """The partitions whose rocksdict handle Faust's RocksDB store has open (``Store._dbs``)."""
-    return set(store._dbs)
-
-
-def store_partition_handle(store: Any, partition: int) -> Any:
-    """The rocksdict handle of ``partition`` in Faust's RocksDB store, opened if it is not
-    (``Store._db_for_partition``): Faust's store reads and writes the partition of the record
-    being processed only, and a replayed changelog record has none."""
-    return store._db_for_partition(partition)
-
-
-def forget_store_partition(store: Any, partition: int) -> Any | None:
-    """Take the open handle of ``partition`` out of Faust's RocksDB store, and empty its
-    key -> partition cache (``Store._dbs``, ``Store._key_index``); the caller closes it.
-
-    The cache is emptied whole: it costs a lookup per key afterwards, never a wrong answer.
-    """
-    db: Any = store._dbs.pop(partition, None)
-    store._key_index.clear()
-    return db
-
-
 def aiokafka_sticky_metadata(
     topics: list[str], owned: list[Any] | None, generation: int = -1
 ) -> Any:

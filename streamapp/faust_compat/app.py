@@ -2,39 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import faust
 from faust.types import ProducerT
 from mode.utils.futures import stampede
 
-from streamapp.faust_compat import (
-    coordinator,
-    producer_metadata,
-    producer_wait,
-    store_offsets,
-    store_revoke,
-)
-
 
 class FaustApp(faust.App):
-    def __init__(self, id: str, **options: Any) -> None:
-        # Before any table creates its store: revoked stores are closed off the event loop,
-        # with no garbage collection (`store_revoke`). Faust's revocation stopped every
-        # partition a worker kept, at each rebalance.
-        store_revoke.install()
-        # The offset of every store open here, noted as it is written: the join metadata
-        # reads those instead of opening each store again (`store_offsets`).
-        store_offsets.install()
-        # The group coordinator survives error answers to JoinGroup and SyncGroup
-        # (`coordinator`), a write to a partition the producer does not know waits for it
-        # (`producer_wait`), and the producer's sender waits a backoff between its metadata
-        # refreshes (`producer_metadata`).
-        coordinator.install()
-        producer_wait.install()
-        producer_metadata.install()
-        super().__init__(id, **options)
-
     async def maybe_start_producer(self) -> ProducerT:
         """Faust's, without its three event-loop round trips on every call.
 

@@ -13,7 +13,7 @@ batch's writes were stored as it ended, before its records were sent; `batch_tab
 that last record gets aiokafka's future: the others go straight into the partition's open
 batch, without a coroutine, a future and a ``RecordMetadata`` each, and whatever is unusual
 (no open batch, a full one, a transaction not begun, ...) takes aiokafka's ``send``
-(`streamapp.faust_compat.accumulator_append`).
+(`streamapp.runtime.producer.batch_append`).
 
 A key written more than once in a batch sends one record, its last write: a table's changelog
 is read for each key's last value (it is compacted, and a recovery or a standby applies it in
@@ -53,7 +53,7 @@ What stays as it was:
   written in the batch, and its batches are delivered in that order: the last record's future
   resolves when the batch holding it is delivered, after those holding the partition's
   earlier records. It says nothing of theirs (a failed batch fails its own records only), so
-  the batches they went in are checked then too (`accumulator_append.delivered`): a failed
+  the batches they went in are checked then too (`batch_append.delivered`): a failed
   one is logged, as Faust logs each failed changelog send (the records appended without a
   future of their own would otherwise fail without a word). As with Faust, the changelog
   then lacks those records and nothing sends them again.
@@ -85,9 +85,9 @@ from faust.exceptions import ProducerSendError
 from faust.transport.drivers.aiokafka import Producer as FaustProducer
 from faust.types import TP, AppT
 
-from streamapp.faust_compat import accumulator_append, batch_table
 from streamapp.faust_compat.batch_table import BatchTable
 from streamapp.faust_compat.sends import source_transactional_id
+from streamapp.runtime.producer import batch_append
 
 logger = logging.getLogger(__name__)
 
@@ -97,7 +97,7 @@ _current: ContextVar[BatchChangelog | None] = ContextVar("streamapp_batch_change
 
 @dataclass(frozen=True)
 class Output:
-    """The owner of a batch's output records to one topic (`accumulator_append.Record`)."""
+    """The owner of a batch's output records to one topic (`batch_append.Record`)."""
 
     topic: str
 
@@ -134,7 +134,7 @@ class BatchChangelog:
         for table in self.tables.values():
             if table is not None:
                 if finished:
-                    batch_table.flush(table.store)
+                    table.store.write_pending()
                 else:
                     table.discard()
                 table.index_keys()
@@ -150,7 +150,7 @@ class BatchChangelog:
     def add_output(self, topic: str, key: bytes | None, value: bytes | None) -> None:
         """An output record sent for one of the batch's records: it goes out with the batch's
         changelog records (or before, `send_outputs`), in the partition the producer's
-        partitioner picks (no partition given: `accumulator_append`)."""
+        partitioner picks (no partition given: `batch_append`)."""
         owner = self._owners.get(topic)
         if owner is None:
             owner = self._owners[topic] = Output(topic)
@@ -199,12 +199,12 @@ class BatchChangelog:
 async def _send(
     producer: aiokafka.AIOKafkaProducer,
     records: list[tuple[Any, str, int | None, bytes | None, bytes | None]],
-) -> dict[tuple[Any, int], accumulator_append.Delivery]:
+) -> dict[tuple[Any, int], batch_append.Delivery]:
     """Each record to the producer's batches; the future of each table's and changelog
     partition's last record (the partition's records are delivered in order), with those its
     other records' delivery is known by."""
     try:
-        return await accumulator_append.send(producer, records)
+        return await batch_append.send(producer, records)
     except KafkaError as exc:
         raise ProducerSendError(f"Error while sending: {exc!r}") from exc
 
@@ -221,7 +221,7 @@ class _PersistOffset:
         # Faust's publish logs each failed changelog send and goes on; so does this, for the
         # batch's earlier records (their batches: most have no future of their own) and its last.
         if self.earlier:
-            self._warn(accumulator_append.delivered(self.earlier))
+            self._warn(batch_append.delivered(self.earlier))
         if fut.cancelled():
             return
         exc = fut.exception()
@@ -251,7 +251,7 @@ class _OutputDelivered:
         self.earlier = earlier
 
     def __call__(self, fut: asyncio.Future[Any]) -> None:
-        error = accumulator_append.delivered(self.earlier) if self.earlier else None
+        error = batch_append.delivered(self.earlier) if self.earlier else None
         # Read either way: asyncio logs an error nobody read ("never retrieved").
         last = None if fut.cancelled() else fut.exception()
         error = error or last

@@ -1,13 +1,13 @@
-"""A table's reads and writes in a batch, with what Faust looks up per call looked up once per
-batch.
+"""A table's reads and writes in a batch, with what a per-call read or write looks up looked up
+once per batch.
 
-A table read or write in an agent, through Faust's RocksDB store, does per call:
+A table read or write in an agent, through the store's per-call path (``get_bytes`` /
+``set_bytes`` of `streamapp.runtime.stores.RocksDBStore`, Faust's rules), does per call:
 
 - find the partition: ``current_event()`` (a context variable and a weak reference), its
-  message's partition, the table's ``is_global`` and ``use_partitioner`` (the store's ``_get``
-  and ``_set``, and for a write the table's ``partition_for_key`` once more), then
-  ``_db_for_partition``;
-- note the key in the store's key index (``_key_index``: mode's ``LRUCache`` of
+  message's partition, the table's ``is_global`` and ``use_partitioner``, and for a write the
+  table's ``partition_for_key`` once more; then the partition's handle;
+- note the key in the store's key index (``key_index``: mode's ``LRUCache`` of
   ``table_key_index_size`` entries, key -> the partition it was last found or written in),
   on every write and on every read that finds the key;
 - call the sensors: ``on_key_get`` / ``on_table_set`` through Faust's ``SensorDelegate`` to each
@@ -20,56 +20,50 @@ same for every record of it. `BatchTable` holds one table's part of one batch:
 - **the partition**, read off the current event once per batch, and for the batch's first write
   asked of the table's own ``partition_for_key`` once (its check that the source topic is
   co-partitioned with the changelog included; Faust's reads do not check it, nor do these);
-- **the partition's store**, looked up in the store's open handles per call (a dict lookup, as
-  ``_db_for_partition`` does it, without the call; a missing one is opened by
-  ``_db_for_partition``, as Faust would): the agent may await inside a batch, and a rebalance
-  may close a handle meanwhile (`store_revoke`), so a handle is never kept across calls;
+- **the partition's handle**, looked up in the store's open handles per call (a dict lookup; a
+  missing one is opened by the store's ``handle``): the agent may await inside a batch, and a
+  rebalance may close a handle meanwhile, so a handle is never kept across calls;
 - **the key index**, updated once per batch: the keys the batch read (and found) or wrote are
-  noted in order, and go into the index in one ``LRUCache.update`` when the batch ends (sent or
-  left unfinished) and before a deletion in the batch that takes Faust's path (``clear``).
-  While the index has room for the
-  batch's new keys it ends with the entries Faust's per-call assignments leave, in the same
-  order: an assignment to a key the index holds does not move it, and neither does
-  ``update``; new keys go last. A full index (``table_key_index_size``, 10,000 keys by default)
-  can end with a few other old keys: Faust's calls evict the oldest key as each new one comes,
-  and put an evicted key back, as the newest, if the batch touches it again; the update evicts
-  the oldest keys once, after all of the batch's. Either way it holds at most that many keys,
-  the batch's among the newest. Who reads the index: the
-  store's ``_del`` (it deletes a key in the indexed partition, or in every partition when the
-  key is not indexed), hence the update before a deletion on Faust's path (a deletion on this
-  path deletes in the batch's partition: see below); and reads made without a current
-  event (``_get``, ``_contains``: a web view, a timer), which take the index as a hint of
-  where to look first and otherwise look in each partition. Such a read made by another task
+  noted in order, and go into the index in one update (``note_keys``) when the batch ends
+  (sent or left unfinished) and before a deletion in the batch that takes the store's per-call
+  path (``clear``). While the index has room for the batch's new keys it ends with the entries
+  the per-call path leaves, in the same order: an assignment to a key the index holds does not
+  move it, and neither does the update; new keys go last. A full index
+  (``table_key_index_size``, 10,000 keys by default) can end with a few other old keys: the
+  per-call path evicts the oldest key as each new one comes, and puts an evicted key back, as
+  the newest, if the batch touches it again; the update evicts the oldest keys once, after all
+  of the batch's. Either way it holds at most that many keys, the batch's among the newest.
+  Who reads the index: the store's per-call deletion (it deletes a key in the indexed
+  partition, or in every partition when the key is not indexed), hence the update before a
+  deletion on that path (a deletion on this path deletes in the batch's partition: see below);
+  and reads made without a current event (a web view, a timer), which take the index as a hint
+  of where to look first and otherwise look in each partition. Such a read made by another task
   while the agent awaits inside a batch can find this batch's new keys not indexed yet, as it
-  can find a key the index evicted: it finds them in their partition's store all the same.
-  Reads and writes inside the batch (the store's ``_get``, ``_set`` and ``_contains`` with a
-  current event) never read the index.
-- **the writes**, stored together: a write waits in the partition's pending writes (a dict
-  of key -> value bytes, one per store and partition, shared by every batch of it), a read in
-  a batch looks there first, and the batch's end puts them in the partition's store in one
-  rocksdict ``WriteBatch``, before its changelog records are sent (`batch_changelog.end`): one
-  write to RocksDB's log per batch, not one per record (about 3.3 µs of CPU a put against
-  about 1.2 µs a key in batches of 16). A batch left unfinished drops its writes: it sends
-  no changelog record either, and is processed again after the restart. Every other read
-  or write of the table that goes to the store itself stores the pending writes first
-  (`encode_once.Table`: a read or write outside a batch, in another task or by another
-  agent; ``in`` outside a batch, iteration, ``len``, ``keys``, ``items``, ``values``,
-  ``copy``, ``update``, ``clear``, a deletion outside a batch), so each sees every write made
-  so far, as with Faust's per-call writes. Not covered: code that reads the store object
-  itself (``table.data``) while a batch is under way.
+  can find a key the index evicted: it finds them in their partition all the same. Reads and
+  writes inside the batch never read the index.
+- **the writes**, stored together: a write waits in the partition's pending writes (the
+  store's, `streamapp.runtime.pending_writes`, one per partition, shared by every batch of it),
+  a read in a batch looks there first, and the batch's end stores them in one rocksdict
+  ``WriteBatch`` (the store's ``write_pending``), before its changelog records are sent
+  (`batch_changelog.end`): one write to RocksDB's log per batch, not one per record (about
+  3.3 µs of CPU a put against about 1.2 µs a key in batches of 16). A batch left unfinished
+  drops its writes: it sends no changelog record either, and is processed again after the
+  restart. Every other read or write of the table that goes to the store itself stores the
+  pending writes first (`encode_once.Table`: a read or write outside a batch, in another task
+  or by another agent; ``in`` outside a batch, iteration, ``len``, ``keys``, ``items``,
+  ``values``, ``copy``, ``update``, ``clear``, a deletion outside a batch), so each sees every
+  write made so far, as with per-call writes.
 - **the deletions**, with the writes: ``del table[key]`` and ``pop`` in a batch wait in the
   pending writes too (the key's value there is None), reads and ``in`` in the batch find the
-  key gone, and the batch's end deletes it in the same write batch. Before, each deletion (and
-  the ``in`` a caller checks first) stored the pending writes and took Faust's store calls,
-  splitting the batch's write; and an unfinished batch's deletions were in the store, though
-  their changelog records were never sent. The key is deleted in the batch's partition, the
-  one its changelog record goes to and a recovery applies it in; Faust's ``_del`` deletes it
-  in every partition when the key index does not hold it (a key only another partition's
-  store holds stays there, as it does after a recovery).
+  key gone, and the batch's end deletes it in the same write batch. The key is deleted in the
+  batch's partition, the one its changelog record goes to and a recovery applies it in; the
+  per-call deletion deletes it in every partition when the key index does not hold it (a key
+  only another partition's store holds stays there, as it does after a recovery).
 - **the offset**: the store's persisted offset is not in the write batch: it is the
   changelog offset of the batch's last record, known only at its delivery, and written then
-  (`batch_changelog`); a crash in between leaves a store whose data is ahead of its offset,
-  and the changelog replay from the offset writes the same values again.
+  (`batch_changelog`), after the data it covers; a crash in between leaves a store whose data
+  is ahead of its offset, and the changelog replay from the offset writes the same values
+  again.
 - **the sensors**, when each sensor of the app is Faust's own ``Monitor`` (its table sensors
   not overridden: they only count) and holds the table's ``TableState`` already: the states are
   looked up once per batch and counted per call, so ``keys_retrieved`` and ``keys_updated``
@@ -79,32 +73,29 @@ same for every record of it. `BatchTable` holds one table's part of one batch:
   call makes it). A sensor added during a batch is counted from the next batch. (A read counts
   after its key is encoded, not before: a key that cannot be encoded raises uncounted.)
 
-Other tables and stores keep Faust's per-call path (`handles_table` is False, or `for_batch`
-returns None): a store that is not Faust's RocksDB store or whose ``_get``, ``_set`` or
-``_db_for_partition`` is not Faust's (``memory://``, a driver of another class), a global
-table, a table that partitions by key (``use_partitioner``), a windowed table (its writes also
-note the window's expiry), a table whose ``on_key_get`` is not Faust's, and every table
-outside a batch or in a batch whose changelog records take Faust's path
-(`batch_changelog.begin` returned None).
+Other tables and stores keep the per-call path (`handles_table` is False, or `for_batch`
+returns None): a store that is not streamapp's RocksDB store or whose per-call reads and writes
+are overridden (``memory://``, a subclass), a global table, a table that partitions by key
+(``use_partitioner``), a windowed table (its writes also note the window's expiry), a table
+whose ``on_key_get`` is not Faust's, and every table outside a batch or in a batch whose
+changelog records take Faust's path (`batch_changelog.begin` returned None).
 
-Faust private names this relies on (checked at import, `streamapp.faust_compat.PRIVATE_NAMES`):
-``faust.stores.rocksdb.Store._dbs``, ``._key_index``, ``._db_for_partition``, ``._get`` and
-``._set`` (compared, to know the store reads and writes as this module does);
+Faust private name this relies on (checked at import, `streamapp.faust_compat.PRIVATE_NAMES`):
 ``faust.tables.base.Collection._sensor_on_set`` (the table's sensor call of a write).
-Delete when Faust's store resolves a stream's partition once per event batch.
+Delete when Faust's table resolves a stream's partition once per event batch.
 Tests: tests/unit/streamapp/faust_compat/test_batch_table.py.
 """
 
 from __future__ import annotations
 
-from itertools import repeat
+from collections.abc import Mapping
 from typing import Any
 
 import faust
 from faust.sensors import Monitor
 from faust.sensors.monitor import TableState
-from faust.stores.rocksdb import Store as RocksDBStore
-from rocksdict import WriteBatch
+
+from streamapp.runtime.stores import RocksDBStore
 
 
 def handles_table(table: Any, store: Any) -> bool:
@@ -113,8 +104,8 @@ def handles_table(table: Any, store: Any) -> bool:
     cls = type(store)
     return (
         isinstance(store, RocksDBStore)
-        and (cls._get, cls._set, cls._db_for_partition)
-        == (RocksDBStore._get, RocksDBStore._set, RocksDBStore._db_for_partition)
+        and (cls.get_bytes, cls.set_bytes, cls.read, cls.handle)
+        == (RocksDBStore.get_bytes, RocksDBStore.set_bytes, RocksDBStore.read, RocksDBStore.handle)
         and not table.is_global
         and not table.use_partitioner
         and table.window is None
@@ -128,8 +119,9 @@ def for_batch(table: Any, store: Any) -> BatchTable | None:
     event = faust.current_event()
     if event is None:
         return None
-    # What the store's _get and _set read; a write also checks, once per batch, that the
-    # source topic is co-partitioned with the changelog (the table's partition_for_key).
+    # What the store's per-call reads and writes read; a write also checks, once per batch,
+    # that the source topic is co-partitioned with the changelog (the table's
+    # partition_for_key).
     return BatchTable(table, store, event.message.partition, _table_states(table))
 
 
@@ -157,7 +149,7 @@ class BatchTable:
 
     __slots__ = (
         "_indexed",
-        "dbs",
+        "handles",
         "partition",
         "pending",
         "states",
@@ -174,23 +166,23 @@ class BatchTable:
         self.partition = partition
         #: The table's ``partition_for_key`` (Faust's, checks included), once a write asked.
         self.write_partition: int | None = None
-        self.dbs: dict[int, Any] = store._dbs
+        self.handles: Mapping[int, Any] = store.open_handles
         #: The monitors' states of the table, counted here; None: Faust's sensor calls.
         self.states = states
         #: Keys found or written in this batch, in the order first noted, for the key index.
         self._indexed: dict[bytes, None] = {}
-        #: The partition's writes not in its store yet (`pending`), shared with every batch of
-        #: the same store and partition.
-        self.pending = pending(store, partition)
+        #: The partition's writes not in its store yet (the store's `PendingWrites`, shared with
+        #: every batch of the same store and partition; its plain dict, per record).
+        self.pending: dict[bytes, bytes | None] = store.pending(partition).writes
 
     def _db(self) -> Any:
         """The partition's open handle; a missing one (closed during an await in the batch, by
-        a rebalance) opened again by ``_db_for_partition``, as Faust's calls would."""
-        return self.store._db_for_partition(self.partition)
+        a rebalance) opened again, as the per-call path would."""
+        return self.store.handle(self.partition)
 
     def get(self, key: Any, key_bytes: bytes) -> bytes | None:
-        """The table's ``on_key_get`` (its sensors), then the store's ``_get`` of ``key_bytes``
-        with the batch's event."""
+        """The table's ``on_key_get`` (its sensors), then the store's read of ``key_bytes``
+        in the batch's partition."""
         states = self.states
         if states is None:
             self.table.on_key_get(key)
@@ -203,8 +195,8 @@ class BatchTable:
         return value
 
     def contains(self, key_bytes: bytes) -> bool:
-        """The store's ``_contains`` with the batch's event: whether ``key_bytes`` has a value in
-        the batch's partition, its pending writes first."""
+        """Whether ``key_bytes`` has a value in the batch's partition, its pending writes
+        first."""
         return self._read(key_bytes) is not None
 
     def _read(self, key_bytes: bytes) -> bytes | None:
@@ -213,18 +205,18 @@ class BatchTable:
         pending = self.pending
         if key_bytes in pending:
             return pending[key_bytes]
-        db = self.dbs.get(self.partition)  # _db_for_partition's lookup, without the call
+        db = self.handles.get(self.partition)  # the store's handle(), without the call
         value: bytes | None = (self._db() if db is None else db).get(key_bytes)
         return value
 
     def delete(self, key_bytes: bytes) -> None:
         """The store's deletion of ``key_bytes``, in the batch's partition: it waits with the
-        partition's pending writes (the store's ``_del``, before, with the key index)."""
+        partition's pending writes."""
         self.pending[key_bytes] = None
 
     def set(self, key: Any, value: Any, key_bytes: bytes, value_bytes: bytes | None) -> None:
         """What Faust's ``on_key_set`` does after the changelog record (the sensors; the key's
-        ttl is a windowed table's, which this does not take), then the store's ``_set``."""
+        ttl is a windowed table's, which this does not take), then the store's write."""
         states = self.states
         if states is None:
             self.table._sensor_on_set(self.table, key, value)
@@ -233,7 +225,7 @@ class BatchTable:
                 state.keys_updated += 1
         self._indexed[key_bytes] = None
         if value_bytes is None:  # as the store's put would take it (and fail), at once
-            flush(self.store)
+            self.store.write_pending()
             self._db().put(key_bytes, value_bytes)
         else:
             self.pending[key_bytes] = value_bytes
@@ -248,47 +240,4 @@ class BatchTable:
         indexed = self._indexed
         if indexed:
             self._indexed = {}
-            self.store._key_index.update(zip(indexed, repeat(self.partition)))
-
-
-#: The attribute of a Faust store holding its writes not stored yet: partition -> key -> value.
-_PENDING = "_streamapp_pending_writes"
-
-
-def pending(store: Any, partition: int) -> dict[bytes, bytes | None]:
-    """The writes of ``store``'s ``partition`` made in batches and not in the store yet (None:
-    a deletion)."""
-    by_partition: dict[int, dict[bytes, bytes | None]] | None = store.__dict__.get(_PENDING)
-    if by_partition is None:
-        by_partition = store.__dict__[_PENDING] = {}
-    writes = by_partition.get(partition)
-    if writes is None:
-        writes = by_partition[partition] = {}
-    return writes
-
-
-def flush(store: Any) -> None:
-    """Write every pending write of ``store`` to its partitions' stores, a rocksdict write batch
-    per partition (see the module)."""
-    by_partition: dict[int, dict[bytes, bytes | None]] | None = store.__dict__.get(_PENDING)
-    if not by_partition:
-        return
-    for partition, writes in by_partition.items():
-        if not writes:
-            continue
-        db = store._db_for_partition(partition)
-        if len(writes) == 1:  # a put costs less than a write batch of one
-            ((key, value),) = writes.items()
-            if value is None:
-                db.delete(key)
-            else:
-                db.put(key, value)
-        else:
-            batch = WriteBatch(raw_mode=True)
-            for key, value in writes.items():
-                if value is None:
-                    batch.delete(key)
-                else:
-                    batch.put(key, value)
-            db.write(batch)
-        writes.clear()
+            self.store.note_keys(indexed, self.partition)

@@ -13,16 +13,15 @@ bytes or int. The store's codecs are looked up once per table, not per key and v
 
 The bytes are the same as before: the changelog topic Faust makes for a table encodes with the
 table's key and value types and serializers, as the store does. A table whose changelog would
-encode otherwise (a table ``schema``, a ``changelog_topic`` of other types or serializers, or
-a store that keeps objects rather than bytes, like ``memory://``) keeps Faust's way.
+encode otherwise (a table ``schema``, a ``changelog_topic`` of other types or serializers), or
+whose store is not streamapp's RocksDB store (``memory://``, which keeps objects rather than
+bytes), keeps Faust's way.
 
-Faust private names this module uses (no public API reaches the store's bytes), checked at
-import with the others (`streamapp.faust_compat.PRIVATE_NAMES`):
+The store's bytes are read and written through its own API (`streamapp.runtime.stores`:
+``encode_key``, ``encode_value``, ``decode_value``, ``get_bytes``, ``set_bytes``). Faust private
+names this module uses, checked at import with the others
+(`streamapp.faust_compat.PRIVATE_NAMES`):
 
-- ``faust.stores.base.SerializedStore._encode_key`` / ``._encode_value`` / ``._decode_value``:
-  the store's own codecs, so the bytes are exactly those the store would write and read.
-- ``faust.stores.base.SerializedStore._get`` / ``._set``: read and write those bytes without
-  the store encoding them again.
 - ``faust.tables.base.Collection._maybe_set_key_ttl`` (a method) / ``._sensor_on_set`` (set
   in its ``__init__``): the rest of what
   Faust's ``Table.on_key_set`` does after sending the changelog record (window expiry
@@ -36,9 +35,9 @@ from typing import Any, cast
 
 import faust
 from faust.serializers.schemas import Schema
-from faust.stores.base import SerializedStore
 
 from streamapp.faust_compat import batch_changelog, batch_table, resolved_codecs
+from streamapp.runtime.stores import RocksDBStore
 
 #: Keys immutable enough to be reused by identity between a read and the write after it.
 _MEMO_KEY_TYPES = (str, bytes, int)
@@ -51,7 +50,7 @@ class Table(faust.Table[Any, Any]):
     _last_key: Any = None
     _last_key_bytes: bytes | None = None
     _encodes_once: bool | None = None  # decided at the first read or write
-    _same_bytes_store: SerializedStore[Any, Any] | None = None  # the store, if it encodes once
+    _same_bytes_store: RocksDBStore | None = None  # the store, if it encodes once
     _batch_changelog_topic: str | None = None  # the changelog topic's name, for batches
     _in_batches = False  # reads and writes in a batch take batch_table's path (decided once)
     # The batch last seen and this table's part of it (None: Faust's store calls).
@@ -71,7 +70,7 @@ class Table(faust.Table[Any, Any]):
             self._store_batches()
             self.on_key_get(key)
             key_bytes = self._key_bytes(store, key)
-            value = store._get(key_bytes)
+            value = store.get_bytes(key_bytes)
         else:  # the same, with the batch's partition and sensors looked up once (batch_table)
             key_bytes = self._key_bytes(store, key)
             value = in_batch.get(key, key_bytes)
@@ -83,7 +82,7 @@ class Table(faust.Table[Any, Any]):
                 return load_value(value)
             except Exception:  # the store's own decoding raises Faust's error
                 pass
-        return store._decode_value(value)
+        return store.decode_value(value)
 
     def __setitem__(self, key: Any, value: Any) -> None:
         store = self._serialized_store()
@@ -91,7 +90,7 @@ class Table(faust.Table[Any, Any]):
             return super().__setitem__(key, value)
         key_bytes = self._key_bytes(store, key)
         dump_value = self._dump_value
-        value_bytes = store._encode_value(value) if dump_value is None else dump_value(value)
+        value_bytes = store.encode_value(value) if dump_value is None else dump_value(value)
         changelog = batch_changelog.current()
         if changelog is not None:
             in_batch = self._batch_table(store, changelog)
@@ -114,7 +113,7 @@ class Table(faust.Table[Any, Any]):
                 self._add_to_batch(changelog, key, partition, key_bytes, value_bytes)
                 self._maybe_set_key_ttl(key, partition)
                 self._sensor_on_set(self, key, value)
-                store._set(key_bytes, value_bytes)
+                store.set_bytes(key_bytes, value_bytes)
                 return None
         # Faust's on_key_set, then the store's write, in that order, with the bytes above: the
         # changelog topic takes bytes as they are ("raw").
@@ -130,7 +129,7 @@ class Table(faust.Table[Any, Any]):
         assert partition is not None  # eager partitioning: the changelog partition is known
         self._maybe_set_key_ttl(key, partition)
         self._sensor_on_set(self, key, value)
-        store._set(key_bytes, value_bytes)
+        store.set_bytes(key_bytes, value_bytes)
 
     def __delitem__(self, key: Any) -> None:
         # In a batch: Faust's on_key_del (the record joins the batch's, the key's ttl, the
@@ -215,11 +214,11 @@ class Table(faust.Table[Any, Any]):
         a read or write that goes to the store without them."""
         store = self._same_bytes_store
         if store is not None and self._in_batches:
-            batch_table.flush(store)
+            store.write_pending()
 
     def _batch_target(
         self, key: Any
-    ) -> tuple[SerializedStore[Any, Any] | None, batch_changelog.BatchChangelog | None, int | None]:
+    ) -> tuple[RocksDBStore | None, batch_changelog.BatchChangelog | None, int | None]:
         """The store, the batch's changelog and the changelog partition of a write in a batch
         (Nones outside one, or for a table that keeps Faust's way)."""
         changelog = batch_changelog.current()
@@ -232,7 +231,7 @@ class Table(faust.Table[Any, Any]):
 
     def _batch_table(
         self,
-        store: SerializedStore[Any, Any],
+        store: RocksDBStore,
         changelog: batch_changelog.BatchChangelog | None = None,
     ) -> batch_table.BatchTable | None:
         """This table's part of the batch being processed, if it takes `batch_table`'s path."""
@@ -288,36 +287,36 @@ class Table(faust.Table[Any, Any]):
             topic = self._batch_changelog_topic = self.changelog_topic.get_topic_name()
         changelog.add(self, topic, partition, key_bytes, value_bytes)
 
-    def _key_bytes(self, store: SerializedStore[Any, Any], key: Any) -> bytes:
+    def _key_bytes(self, store: RocksDBStore, key: Any) -> bytes:
         if key is self._last_key and self._last_key_bytes is not None:
             return self._last_key_bytes
         dump_key = self._dump_key
         key_bytes = dump_key(key) if dump_key is not None else None
         if key_bytes is None:  # the store's own encoding (and its error for a None key)
-            key_bytes = store._encode_key(key)
+            key_bytes = store.encode_key(key)
         if type(key) in _MEMO_KEY_TYPES:
             self._last_key, self._last_key_bytes = key, key_bytes
         return key_bytes
 
-    def _serialized_store(self) -> SerializedStore[Any, Any] | None:
+    def _serialized_store(self) -> RocksDBStore | None:
         """The store when its bytes are the changelog's too, else None (decided once)."""
         if self._encodes_once is None:
             store = self.data  # made once per table: kept, not looked up per read and write
             self._encodes_once = self._changelog_encodes_as_store(store)
             if self._encodes_once:
-                self._same_bytes_store = cast(SerializedStore[Any, Any], store)
+                self._same_bytes_store = cast(RocksDBStore, store)
                 self._resolve_codecs(self._same_bytes_store)
                 self._in_batches = batch_table.handles_table(self, store)
         return self._same_bytes_store
 
-    def _resolve_codecs(self, store: SerializedStore[Any, Any]) -> None:
-        """The store's codecs looked up once (`resolved_codecs`), when the store encodes as
-        Faust's SerializedStore does (its methods not overridden)."""
+    def _resolve_codecs(self, store: RocksDBStore) -> None:
+        """The store's codecs looked up once (`resolved_codecs`), when the store encodes with
+        the app's serializers as streamapp's store does (its methods not overridden)."""
         cls = type(store)
-        if (cls._encode_key, cls._encode_value, cls._decode_value) != (
-            SerializedStore._encode_key,
-            SerializedStore._encode_value,
-            SerializedStore._decode_value,
+        if (cls.encode_key, cls.encode_value, cls.decode_value) != (
+            RocksDBStore.encode_key,
+            RocksDBStore.encode_value,
+            RocksDBStore.decode_value,
         ):
             return
         registry = self.app.serializers
@@ -332,7 +331,7 @@ class Table(faust.Table[Any, Any]):
         )
 
     def _changelog_encodes_as_store(self, store: Any) -> bool:
-        if not isinstance(store, SerializedStore) or self.schema is not None:
+        if not isinstance(store, RocksDBStore) or self.schema is not None:
             return False
         schema = self.changelog_topic.schema
         # The changelog encodes with Schema.dumps_key/dumps_value, which call the same

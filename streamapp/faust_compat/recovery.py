@@ -76,9 +76,9 @@ from faust.types.transports import ConsumerT
 from mode import Service
 from mode.utils.queues import ThrowableQueue
 
-from streamapp.faust_compat import incremental, recovery_hold, store_revoke
-from streamapp.faust_compat.access import open_store_partitions
+from streamapp.faust_compat import incremental, recovery_hold
 from streamapp.faust_compat.transport import Consumer, aiokafka_position
+from streamapp.runtime.stores import RocksDBStore
 from tables import store_guard
 from tables.damaged import offset_beyond_end, records_missing_before_start
 
@@ -579,19 +579,19 @@ async def _one_store_a_turn(
     between them.
     """
     store = store_guard.rocksdb_store(table)
-    if store is None:
+    if not isinstance(store, RocksDBStore):
         return
     topic = store_guard.changelog_topic(table)
     for tp in sorted(tp for tp in tps if tp.topic == topic):
-        if tp.partition in open_store_partitions(store):
+        if tp.partition in store.open_handles:
             continue  # open already: neither step has anything to do
-        closing = store_revoke.closing(store).get(tp.partition)
+        closing = store.pending_close(tp.partition)
         if closing is not None:
             # Revoked a moment ago: its close (off the event loop) releases the store's lock.
             await asyncio.wrap_future(closing)
         else:
             await asyncio.sleep(PAUSE_BETWEEN_OPENS)
-        if tp.partition not in open_store_partitions(store):
+        if tp.partition not in store.open_handles:
             step(table, [tp])
 
 

@@ -14,11 +14,12 @@ from faust.types import StoreT
 from faust.types.tables import GlobalTableT
 
 from streamapp.changelog_records import SkipsUndecodableChangelogRecords
+from streamapp.runtime.stores import OnStreamappStore
 from streamapp.set_tables import StoredSets
 
 
-class SetTable(SkipsUndecodableChangelogRecords, faust.SetTable[Any, Any]):
-    """Faust's SetTable whose RocksDB store holds each set as it is now
+class SetTable(OnStreamappStore, SkipsUndecodableChangelogRecords, faust.SetTable[Any, Any]):
+    """Faust's SetTable whose RocksDB store (streamapp's) holds each set as it is now
     (`streamapp.set_tables`), and whose recovery skips changelog records it cannot decode."""
 
     def _new_store(self) -> StoreT[Any, Any]:

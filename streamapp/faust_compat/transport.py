@@ -4,9 +4,9 @@
    ``AIOKafkaConsumerThread._create_worker_consumer`` hands aiokafka the app's assignor only when
    the app has changelog tables or standby replicas, and aiokafka's round robin otherwise. A
    streamapp group must speak one protocol whatever each app defines (a worker with round robin
-   would be refused by the group, or would ignore co-partitioning and stickiness), so the choice
-   is overridden after Faust built the consumer (it is not started yet, so nothing used it).
-   Delete when Faust hands its consumer the app's assignor whatever the app defines.
+   would be refused by the group, or would ignore co-partitioning and stickiness), so the
+   worker's consumer, streamapp's own, is built with the app's assignor always
+   (`streamapp.faust_compat.worker_clients`).
    Test: tests/unit/streamapp/faust_compat/test_transport.py.
 
 2. Highwaters under exactly_once come from the broker. Faust reads them from
@@ -169,7 +169,7 @@
     partition's committed offset stayed behind until a later record was processed on it.
     Under the cooperative protocol a worker processes on through every join, and the commits
     it sends meanwhile under the old generation are refused (``IllegalGenerationError``, see
-    `streamapp.faust_compat.coordinator`); a partition whose last records were processed then
+    `streamapp.runtime.group.commit_generation`); a partition whose last records were processed then
     kept a committed offset behind them for good (processed again by its next owner;
     ``bench/rebalance.py`` once waited five minutes for "events not all consumed" after
     loading its table). A refused offset of a partition revoked since is dropped, never sent
@@ -184,10 +184,10 @@
     coroutines, and decoded with codecs resolved once per channel.
 
 22. aiokafka's producer sender waits the producer's ``retry_backoff_ms`` between the metadata
-    refreshes it asks for (`streamapp.faust_compat.producer_metadata`, which says when to delete
-    it): holding a record for a partition that is gone (a changelog deleted, or recreated with
-    fewer partitions) it asked again as each answer came, about 2,000 times a second.
-    Tests: tests/unit/streamapp/faust_compat/test_producer_metadata.py;
+    refreshes it asks for (`streamapp.runtime.producer.refresh_spacing`, which says when to
+    delete it): holding a record for a partition that is gone (a changelog deleted, or recreated
+    with fewer partitions) it asked again as each answer came, about 2,000 times a second.
+    Tests: tests/unit/streamapp/runtime/producer/test_refresh_spacing.py;
     tests/integration/test_producer_metadata.py.
 
 23. A record the hand-out put in a stream's queue and Faust's flow control then dropped from
@@ -303,8 +303,8 @@ from streamapp.faust_compat import (
     partition_share,
     replica_share,
     sends,
-    static_membership,
     unknown_topics,
+    worker_clients,
 )
 from streamapp.faust_compat.batch_hand_out import BatchHandOut
 from streamapp.faust_compat.eager_hand_out import (
@@ -315,6 +315,7 @@ from streamapp.faust_compat.eager_hand_out import (
 )
 from streamapp.faust_compat.partition_hand_out import PartitionHandOut
 from streamapp.hand_out import HandOutLedger
+from streamapp.runtime.group.consumer import WorkerConsumer
 
 logger = logging.getLogger(__name__)
 
@@ -424,10 +425,12 @@ def note_commit_outcome(
 
 def offsets_reader(app: Any, transport: Any, *, read_committed: bool) -> aiokafka.AIOKafkaConsumer:
     """A consumer in no group, for ListOffsets only: the worker consumer's broker, credentials
-    and isolation level (the last stable offset is an end under read_committed)."""
+    and isolation level (the last stable offset is an end under read_committed), and its client
+    id and log (streamapp's own consumer, `streamapp.faust_compat.worker_clients`)."""
     conf = app.conf
-    reader = aiokafka.AIOKafkaConsumer(
-        client_id=conf.broker_client_id,
+    reader = WorkerConsumer(
+        role="offsets reader",
+        client_id=worker_clients.worker_client_id(app),
         bootstrap_servers=faust_aiokafka.server_list(transport.url, transport.default_port),
         request_timeout_ms=int(conf.broker_request_timeout * 1000.0),
         enable_auto_commit=False,
@@ -516,26 +519,17 @@ class ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
         return count or None
 
     def _create_worker_consumer(self, transport: Any) -> aiokafka.AIOKafkaConsumer:
-        consumer = super()._create_worker_consumer(transport)
-        self._offsets_reader = offsets_reader(
-            self.app, transport, read_committed=bool(self.consumer.in_transaction)
+        # streamapp's own consumer, with the app's assignor always (fix 1), static membership
+        # and streamapp's group protocol (`streamapp.faust_compat.worker_clients`).
+        read_committed = bool(self.consumer.in_transaction)
+        consumer = worker_clients.worker_consumer(
+            self.app, transport, read_committed=read_committed
         )
+        self._offsets_reader = offsets_reader(self.app, transport, read_committed=read_committed)
         self._topic_check = unknown_topics.TopicCheck(
             unknown_topics.UnknownTopics(reported_elsewhere=self._watched_changelog),
             refresh_worker_metadata=lambda: access.refresh_worker_metadata(self.app),
         )
-        if self._assignor is not self.app.assignor:
-            self._assignor = self.app.assignor
-            # aiokafka 0.14 reads this in start() to build its GroupCoordinator.
-            consumer._partition_assignment_strategy = [self._assignor]
-        instance_id = self.app.conf.consumer_group_instance_id
-        if instance_id is not None:  # a static member: it leaves on a stop, stops once fenced
-            static_membership.install(
-                consumer,
-                self.app.conf.id,
-                instance_id,
-                leave_on_stop=cast(Any, self.app).streamapp_settings.leave_group_on_stop,
-            )
         return consumer
 
     def _fetcher(self) -> Any:
@@ -1442,4 +1436,5 @@ class Consumer(faust_aiokafka.Consumer):
 
 class Transport(faust_aiokafka.Transport):
     Consumer = Consumer
+    Producer = worker_clients.Producer
     TransactionManager = sends.TransactionManager

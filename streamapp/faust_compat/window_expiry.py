@@ -14,9 +14,9 @@ it would had this process written it all. Standby partitions are left alone: the
 expiry deletes reach them through the changelog. Partitions no longer active are dropped from
 the heap, so a cleanup never deletes what this worker does not hold any more.
 
-Only RocksDB stores (streamapp's default) are rebuilt: they keep each partition in its own
-database, so a key's partition is known. (streamapp's own windowed aggregates,
-`streamapp.aggregates`, keep their expiry index in the table and need none of this.)
+Only streamapp's RocksDB store (the default, `streamapp.runtime.stores`) is rebuilt: it keeps
+each partition in its own database, so a key's partition is known. (streamapp's own windowed
+aggregates, `streamapp.aggregates`, keep their expiry index in the table and need none of this.)
 
 Faust private names this module uses, checked at import with the others
 (`streamapp.faust_compat.PRIVATE_NAMES`):
@@ -24,9 +24,9 @@ Faust private names this module uses, checked at import with the others
 - ``faust.tables.base.Collection._should_expire_keys``, ``._maybe_set_key_ttl``,
   ``._partition_timestamps``, ``._partition_timestamp_keys``, ``._partition_latest_timestamp``
   and ``._to_key``: the heap, Faust's own way of filling it, and of turning a stored key
-  (JSON lists) back into the ``(key, (start, end))`` tuples it holds;
-- ``faust.stores.rocksdb.Store._dbs``: one database per partition;
-- ``faust.stores.base.SerializedStore._decode_key``: the store's own key codec.
+  (JSON lists) back into the ``(key, (start, end))`` tuples it holds.
+
+The store's keys are read through its own API (``keys_of``, ``decode_key``).
 """
 
 from __future__ import annotations
@@ -34,11 +34,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from faust.stores.rocksdb import Store as RocksDBStore
 from faust.types import TP
 
 from streamapp.changelog_records import SkipsUndecodableChangelogRecords
 from streamapp.faust_compat.encode_once import Table as EncodeOnceTable
+from streamapp.runtime.stores import OnStreamappStore, RocksDBStore
 
 __all__ = ["Table", "rebuild_expiry_heap"]
 
@@ -47,7 +47,7 @@ def rebuild_expiry_heap(table: Any, partitions: Iterable[int]) -> int:
     """Make a windowed table's expiry heap hold exactly its stores' windows of ``partitions``.
 
     Returns how many windows are in the heap. Does nothing (returns 0) for a table without
-    expiry or a store that is not RocksDB.
+    expiry or a store that is not streamapp's RocksDB store.
     """
     if not table._should_expire_keys():
         return 0
@@ -63,24 +63,20 @@ def rebuild_expiry_heap(table: Any, partitions: Iterable[int]) -> int:
         if partition not in wanted:
             table._partition_latest_timestamp.pop(partition)
     count = 0
-    for partition in sorted(wanted):
-        db = store._dbs.get(partition)
-        if db is None:
-            continue
-        # keys(), not iteration: a raw-mode Rdict iterates by index lookups, which it refuses.
-        for raw in db.keys():  # noqa: SIM118
-            if raw == store.offset_key:
-                continue
-            key = table._to_key(store._decode_key(raw))
+    open_partitions = store.open_partitions()
+    for partition in sorted(wanted & open_partitions):
+        for raw in store.keys_of(partition):
+            key = table._to_key(store.decode_key(raw))
             if isinstance(key, tuple) and len(key) == 2 and isinstance(key[1], tuple):
                 table._maybe_set_key_ttl(key, partition)
                 count += 1
     return count
 
 
-class Table(SkipsUndecodableChangelogRecords, EncodeOnceTable):
-    """streamapp's table (`encode_once.Table`) whose windows expire after a recovery too, and
-    whose recovery skips changelog records it cannot decode (`streamapp.changelog_records`)."""
+class Table(OnStreamappStore, SkipsUndecodableChangelogRecords, EncodeOnceTable):
+    """streamapp's table (`encode_once.Table`) on streamapp's RocksDB store, whose windows
+    expire after a recovery too, and whose recovery skips changelog records it cannot decode
+    (`streamapp.changelog_records`)."""
 
     async def on_recovery_completed(self, active_tps: set[TP], standby_tps: set[TP]) -> None:
         await super().on_recovery_completed(active_tps, standby_tps)

@@ -29,6 +29,8 @@ class Commands:
         self.pending = asyncio.Event()
         #: True while the loop runs and takes commands.
         self.taking = False
+        #: Commands submitted while the loop is not running, running as tasks of their own.
+        self._detached: set[asyncio.Future[Any]] = set()
 
     async def run(self, command: Callable[[], Awaitable[T]]) -> T:
         """Run ``command`` in the loop's task (or here, when the loop is not running)."""
@@ -43,7 +45,8 @@ class Commands:
         """Queue ``command`` for the loop's next round, from code that cannot await it (when
         the loop is not running, it runs as a task of its own)."""
         if not self.taking:
-            asyncio.ensure_future(command())
+            self._detached.add(asyncio.ensure_future(command()))
+            self._detached = {task for task in self._detached if not task.done()}
             return
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._queue.append((command, future))

@@ -31,7 +31,6 @@ from faust.types.transports import (
 )
 from mode import Service
 
-from streamapp.runtime import clients
 from streamapp.runtime.commands import Commands
 from streamapp.runtime.offsets import OffsetLedger
 
@@ -158,9 +157,9 @@ class Consumer(Service, ConsumerT):
             if message is None or message.acked:
                 continue
             tp = message.tp
-            if tp in self.assigned and tp not in self.giving_up:
-                if self.ledger.drop(tp, message.offset, message):
-                    partitions.add(tp)
+            held = tp in self.assigned and tp not in self.giving_up
+            if held and self.ledger.drop(tp, message.offset, message):
+                partitions.add(tp)
         if partitions:
             self.commands.submit(lambda: self.fetch_loop.rewind(partitions))
 
@@ -316,20 +315,20 @@ class Consumer(Service, ConsumerT):
         client = self.fetch_loop.client
         if client is None:
             return None, None
-        member_id, generation = clients.membership(client)
+        member_id, generation = client.membership()
         return (member_id, generation) if member_id else (None, None)
 
     def request_rebalance(self) -> None:
         """Ask the group to rebalance (a follow-up rebalance)."""
         client = self.fetch_loop.client
         if client is not None:
-            clients.request_rejoin(client)
+            client.request_rejoin()
 
     async def refresh_metadata(self) -> None:
         """Fresh cluster metadata (a topic created or resized since the consumer last asked)."""
         client = self.fetch_loop.client
         if client is not None:
-            await clients.refresh_metadata(client)
+            await client.refresh_metadata()
 
     def refresh_metadata_soon(self) -> None:
         """`refresh_metadata`, from code that cannot await it."""

@@ -28,18 +28,20 @@ wait for the loop, and must not wait for a fetch timeout.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from time import monotonic
 from typing import TYPE_CHECKING, Any
 
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
-from aiokafka.errors import ConsumerStoppedError, IllegalStateError, KafkaError
+from aiokafka.errors import ConsumerStoppedError, IllegalStateError
 from faust.types import TP
 from faust.types.tuples import ConsumerMessage
 
 from streamapp.runtime import clients, positions
 from streamapp.runtime.commits import Committer
+from streamapp.runtime.group.consumer import WorkerConsumer
 from streamapp.runtime.offsets_reader import OffsetsReader
 from streamapp.runtime.rebalance import RebalanceListener
 
@@ -72,7 +74,7 @@ class FetchLoop:
     def __init__(self, consumer: Consumer) -> None:
         self.consumer = consumer
         self.app = consumer.app
-        self.client: AIOKafkaConsumer | None = None
+        self.client: WorkerConsumer | None = None
         self.offsets = OffsetsReader(self.app)
         self.committer = Committer(consumer, self)
         self.task: asyncio.Task[None] | None = None
@@ -247,10 +249,8 @@ class FetchLoop:
         return {TP(tp.topic, tp.partition): records for tp, records in got.items() if records}
 
     async def _wait_for_command(self, timeout: float) -> None:
-        try:
+        with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.consumer.commands.pending.wait(), timeout)
-        except TimeoutError:
-            pass
 
     async def _hand_out(self, tp: TP, records: Sequence[ConsumerRecord[Any, Any]]) -> None:
         """Hand a partition's records to the conductor, in offset order."""
@@ -288,10 +288,9 @@ class FetchLoop:
         client = self.client
         if client is None:
             return
-        try:
+        # No longer assigned: its next owner reads it from the committed offset.
+        with contextlib.suppress(IllegalStateError):
             client.seek(_tp(tp), offset)
-        except IllegalStateError:
-            pass  # no longer assigned: its next owner reads it from the committed offset
 
     # -- positions (commands run these in the loop's task) -------------------------------------
 

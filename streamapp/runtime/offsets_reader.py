@@ -13,10 +13,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import TopicPartition
 from faust.types import TP, AppT
 
 from streamapp.runtime import clients
+from streamapp.runtime.group.consumer import WorkerConsumer
 
 logger = logging.getLogger(__name__)
 
@@ -26,17 +27,10 @@ class OffsetsReader:
 
     def __init__(self, app: AppT) -> None:
         self.app = app
-        self.client: AIOKafkaConsumer | None = None
+        self.client: WorkerConsumer | None = None
 
     async def start(self, transport: object) -> None:
-        settings = clients.common_settings(self.app, transport)
-        settings["client_id"] = f"{settings['client_id']}-offsets"
-        self.client = AIOKafkaConsumer(
-            **settings,
-            group_id=None,
-            enable_auto_commit=False,
-            isolation_level=clients.isolation_level(self.app),
-        )
+        self.client = clients.offsets_reader(self.app, transport)
         await self.client.start()
 
     async def stop(self) -> None:

@@ -1,4 +1,4 @@
-"""Partitions in one line of a log: ``"orders 0-3, 7; totals-changelog 2"``."""
+"""Partitions in one log line: ``"orders 0-3, 7; totals-changelog 2"``."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from typing import Protocol
 
 
-class _Partition(Protocol):
+class Partition(Protocol):
     """Faust's TP and aiokafka's TopicPartition alike."""
 
     @property
@@ -16,18 +16,19 @@ class _Partition(Protocol):
     def partition(self) -> int: ...
 
 
-def partitions_text(tps: Iterable[_Partition]) -> str:
-    """``"orders 0-3, 7; totals-changelog 2"`` (``"none"`` for none).
+def partitions_text(tps: Iterable[Partition]) -> str:
+    """``"orders 0-3, 7; totals-changelog 2"`` (``"none"`` for none): partitions in one line.
 
     A set or list of partitions handed to the logger as an argument is drawn by Faust's log
     formatter as a "Topic Partition Set" table of several lines, which the log at INFO does not
-    carry; such tables stay at DEBUG.
+    carry (`streamapp.quiet_logs`, docs/troubleshooting.md); such tables stay at DEBUG.
     """
     by_topic: dict[str, list[int]] = {}
     for tp in tps:
         by_topic.setdefault(tp.topic, []).append(tp.partition)
-    text = "; ".join(f"{t} {_ranges(sorted(set(ps)))}" for t, ps in sorted(by_topic.items()))
-    return text or "none"
+    return "; ".join(f"{t} {_ranges(sorted(set(ps)))}" for t, ps in sorted(by_topic.items())) or (
+        "none"
+    )
 
 
 def _ranges(numbers: list[int]) -> str:

@@ -33,7 +33,8 @@ LOG_STARTS_TIMEOUT_S = 5.0
 def deleted_before_read(
     committed: Mapping[Any, int | None], log_starts: Mapping[Any, int]
 ) -> dict[Any, tuple[int, int]]:
-    """Partitions whose committed offset lies below their log start: ``tp -> (committed, start)``."""
+    """Partitions whose committed offset lies below their log start:
+    ``tp -> (committed, start)``."""
     lost: dict[Any, tuple[int, int]] = {}
     for tp, offset in committed.items():
         start = log_starts.get(tp)

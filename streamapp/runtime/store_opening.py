@@ -17,8 +17,7 @@ from typing import Any
 
 from faust.types import TP
 
-from streamapp.faust_compat import store_revoke
-from streamapp.faust_compat.access import open_store_partitions
+from streamapp.runtime.stores import RocksDBStore
 from tables import store_guard
 
 logger = logging.getLogger(__name__)
@@ -34,19 +33,19 @@ async def one_store_a_turn(
     """``step`` for each of the table's changelog partitions in ``tps`` whose store is not open
     here, one per turn of the event loop."""
     store = store_guard.rocksdb_store(table)
-    if store is None:
+    if not isinstance(store, RocksDBStore):
         return
     topic = store_guard.changelog_topic(table)
     for tp in sorted(tp for tp in tps if tp.topic == topic):
-        if tp.partition in open_store_partitions(store):
+        if tp.partition in store.open_handles:
             continue  # open already: neither step has anything to do
-        closing = store_revoke.closing(store).get(tp.partition)
+        closing = store.pending_close(tp.partition)
         if closing is not None:
             # Revoked a moment ago: its close (off the event loop) releases the store's lock.
             await asyncio.wrap_future(closing)
         else:
             await asyncio.sleep(PAUSE_BETWEEN_OPENS)
-        if tp.partition not in open_store_partitions(store):
+        if tp.partition not in store.open_handles:
             step(table, [tp])
 
 

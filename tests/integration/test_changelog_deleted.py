@@ -172,6 +172,6 @@ def test_a_changelog_deleted_while_workers_idle(kafka_bootstrap: str, tmp_path: 
 
 def test_a_changelog_deleted_while_events_flow(kafka_bootstrap: str, tmp_path: Path) -> None:
     # The table's writes while it is missing wait in the producer
-    # (streamapp.faust_compat.producer_wait); on main, aiokafka's 'Unrecognized partition'
+    # (streamapp.runtime.producer.partition_wait); on main, aiokafka's 'Unrecognized partition'
     # assertion crashed the worker.
     run_fault(kafka_bootstrap, tmp_path, tag="busy-", events_while_missing=True)

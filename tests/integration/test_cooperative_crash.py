@@ -38,7 +38,7 @@ KEYS = 30
 #: The start of each entry of a worker's log; an entry's lists of partitions are tables on the
 #: lines after it (Faust's log formatter).
 ENTRY = re.compile(r"^\[\d{4}-\d\d-\d\d [^\]]*\] \[\d+\] \[\w+\] ", re.MULTILINE)
-#: `streamapp.faust_compat.coordinator`'s entry for the outcome of a cooperative join.
+#: `streamapp.runtime.group.cooperative`'s entry for the outcome of a cooperative join.
 ROUND = re.compile(
     r"cooperative rebalance of group \S+ \(generation (?P<generation>\d+)\): kept \d+ "
     r"partition\(s\), giving up (?P<lost>.*), gaining (?P<gained>.*)",

@@ -20,7 +20,7 @@ normally. No error answer and no stuck group: the stray member is an ordinary me
 metadata streamapp cannot read, so the leader gives it no partitions (as in
 test_rogue_members) and the events are counted while it is still in the group. The leader is
 handed the raw bytes, which aiokafka could fail to decode and crash on, depending on them:
-`streamapp.faust_compat.coordinator` hands those to streamapp's assignor instead. The test
+`streamapp.runtime.group.member_envelopes` hands those to streamapp's assignor instead. The test
 checks what the release it runs on does.
 
 The test runs its own broker: it restarts it, and the stuck group must not touch other tests.

@@ -1,5 +1,6 @@
-"""aiokafka's producer holding a record for a partition that is gone asks for metadata a
-backoff apart, not as fast as the broker answers (transport fix 22, producer_metadata).
+"""A worker's producer holding a record for a partition that is gone asks for metadata a
+backoff apart, not as fast as the broker answers (transport fix 22,
+streamapp.runtime.producer.refresh_spacing).
 
 The producer sends a record to partition 3 of a topic after the topic was deleted (its metadata
 still has the partition, so the record is taken and held): first while the topic is missing,
@@ -20,7 +21,7 @@ from typing import Any
 from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewPartitions, NewTopic
 
-from streamapp.faust_compat import producer_metadata
+from streamapp.runtime.producer.client import WorkerProducer
 from streamapp.testing.kafka_io import partition_ends
 
 BACKOFF_MS = 200
@@ -66,13 +67,12 @@ class _AnswerCount:
 async def test_a_held_record_for_a_gone_partition_asks_metadata_a_backoff_apart(
     kafka_bootstrap: str,
 ) -> None:
-    producer_metadata.install()  # as a streamapp worker's transport does
     topic = f"producer-metadata-{uuid.uuid4().hex[:8]}"
     admin = await _admin(kafka_bootstrap)
     # The held record expires after the request timeout (aiokafka's producer keeps a batch no
     # longer): far beyond the test, and what ends it, and the producer's stop waiting for the
     # record, should the partition never be found again.
-    producer = AIOKafkaProducer(
+    producer = WorkerProducer(  # a streamapp worker's producer
         bootstrap_servers=kafka_bootstrap, retry_backoff_ms=BACKOFF_MS, request_timeout_ms=120_000
     )
     try:

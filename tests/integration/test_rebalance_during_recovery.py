@@ -15,7 +15,7 @@ event its owner's table (those written after the rounds included), and no worker
 (log lines, views, the tables), never from timings.
 
 Two ways this lost settings, both fixed: positions carried over into the join taken the eager
-way (the newcomer held 5901 of 10,000; `streamapp.faust_compat.coordinator`), and the first
+way (the newcomer held 5901 of 10,000; `streamapp.runtime.group.cooperative`), and the first
 pass, cut short by the round, resuming the flow before the new pass had sought the changelogs:
 the fetch loop dropped their first records below Faust's read marks of the first pass, and set
 new marks from them after the new pass's seek (9600 of 10,000, in 2 of 7 runs; transport fix

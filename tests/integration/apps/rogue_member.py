@@ -12,7 +12,7 @@ group protocol but is no streamapp worker.
 - ``envelope``: random bytes as the whole subscription (not only its user data), so the
   broker itself cannot parse the consumer protocol's envelope (version, topics, user data).
   A Kafka 3.9 broker throws on them as it completes the join, answers UNKNOWN_SERVER_ERROR and
-  leaves the group stuck (see `streamapp.faust_compat.coordinator`).
+  leaves the group stuck (see `streamapp.runtime.group.join_answers`).
 
 It processes nothing and commits nothing; it prints one JSON line per event on stdout
 (``assigned``: its Kafka member id and the partitions the leader gave it; ``leader`` if the

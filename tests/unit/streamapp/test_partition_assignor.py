@@ -31,10 +31,10 @@ from assignor.metadata_codec import (
     encode_assignment,
     encode_metadata,
 )
-from streamapp.faust_compat import store_offsets
 from streamapp.faust_compat.transport import ConsumerThread
 from streamapp.group_scenario import kafka_partitions
 from streamapp.partition_assignor import PROTOCOL_NAME, StreamappPartitionAssignor
+from streamapp.runtime.stores import STORE_URL
 from streamapp.settings import StreamappSettings
 from tables.inventory import OFFSET_KEY, read_persisted_offset
 
@@ -54,7 +54,7 @@ class Cluster:
 def app(tmp_path: Path) -> faust.App:
     app = faust.App(
         "sa-test",
-        store="rocksdb://",
+        store=STORE_URL,  # streamapp's RocksDB store, as streamapp.App's tables have
         datadir=str(tmp_path),
         PartitionAssignor=StreamappPartitionAssignor,
         web_port=6123,
@@ -97,7 +97,6 @@ def test_metadata_reports_identity_and_every_local_store(app: faust.App) -> None
 def test_metadata_reads_the_offsets_of_stores_open_here_without_opening_them(
     app: faust.App, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    store_offsets.install()  # as streamapp.App does; this app is a plain faust.App
     _store(app, 3, 0)  # on disk only
     store = app.tables["counts"].data
     store.set_persisted_offset(TP(CHANGELOG, 1), 99)  # opens its store, as a recovery does

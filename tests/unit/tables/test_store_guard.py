@@ -1,4 +1,5 @@
-"""Faust's rocksdb store, closed and set aside by partition (a real Store, no broker)."""
+"""A table's RocksDB store (streamapp's), closed and set aside by partition (a real store, no
+broker)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import faust
 import pytest
 from faust.types import TP
 
+from streamapp.runtime.stores import STORE_URL
 from tables import store_guard
 from tables.clean_shutdown import ACTIVE_MARKS_DIR, active_marks
 from tables.damaged import DAMAGED_DIR
@@ -20,25 +22,31 @@ from tables.damaged import DAMAGED_DIR
 
 @pytest.fixture
 def table(tmp_path: Path) -> Any:
-    app = faust.App("guard-test", store="rocksdb://", datadir=str(tmp_path))
+    app = faust.App("guard-test", store=STORE_URL, datadir=str(tmp_path))
     return app.Table("counts", partitions=4)
 
 
 def _write(table: Any, partition: int, offset: int) -> Path:
     store = table.data
-    store._db_for_partition(partition).put(b"k", b"v")
+    store.handle(partition).put(b"k", b"v")
     store.set_persisted_offset(TP(store_guard.changelog_topic(table), partition), offset)
     return Path(store.partition_path(partition))
+
+
+def _close(table: Any, *partitions: int) -> None:
+    for partition in partitions:
+        table.data.close_partition(partition)
 
 
 def test_an_open_store_is_closed_moved_and_then_created_afresh(table: Any) -> None:
     path = _write(table, 2, offset=41)
     kept = _write(table, 1, offset=7)
-    table.data._key_index[b"k"] = 2
+    table.data.key_index[b"k"] = 2
     target = store_guard.close_and_move_aside(table, 2)
     assert target is not None and target.parent == path.parent / DAMAGED_DIR
     assert not path.exists() and (target / "CURRENT").exists()
-    assert 2 not in table.data._dbs and 1 in table.data._dbs and kept.exists()
+    assert table.data.open_partitions() == {1} and kept.exists()
+    assert b"k" not in table.data.key_index  # it would send reads to the store set aside
     changelog = TP(store_guard.changelog_topic(table), 2)
     assert table.data.persisted_offset(changelog) is None  # a fresh, empty store
     assert table.data.persisted_offset(TP(changelog.topic, 1)) == 7
@@ -53,7 +61,7 @@ def test_unreadable_stores_of_an_assignment_go_aside_before_faust_opens_them(
 ) -> None:
     topic = store_guard.changelog_topic(table)
     path = _write(table, 0, offset=3)
-    table.data._dbs.clear()  # as a revocation leaves it: closed, kept on disk
+    _close(table, 0)  # as a revocation leaves it: closed, kept on disk
     (path / "CURRENT").write_bytes(b"garbage\n")
     open_one = _write(table, 1, offset=3)
     (open_one / "CURRENT").write_bytes(b"garbage\n")  # open: its handle still works
@@ -76,7 +84,7 @@ def test_stores_beyond_the_partition_count_go_aside(
 ) -> None:
     inside = _write(table, 1, offset=3)
     beyond = _write(table, 3, offset=3)
-    table.data._dbs.clear()
+    _close(table, 1, 3)
     with caplog.at_level(logging.WARNING, logger="tables.store_guard"):
         assert store_guard.set_aside_beyond_partition_count(table, None) == []
         moved = store_guard.set_aside_beyond_partition_count(table, 2)
@@ -145,7 +153,7 @@ async def test_the_marks_are_made_off_the_event_loop_and_durable_on_return(
 async def test_every_tables_marks_share_one_directory_fsync(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    app = faust.App("guard-test-two", store="rocksdb://", datadir=str(tmp_path))
+    app = faust.App("guard-test-two", store=STORE_URL, datadir=str(tmp_path))
     tables = [app.Table("counts", partitions=4), app.Table("sums", partitions=4)]
     synced: list[str] = []
     real = os.fsync

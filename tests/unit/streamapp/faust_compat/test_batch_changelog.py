@@ -30,8 +30,9 @@ from faust.transport.drivers.aiokafka import Producer as FaustProducer
 from faust.types import TP
 
 from streamapp import App
-from streamapp.faust_compat import accumulator_append, batch_changelog
+from streamapp.faust_compat import batch_changelog
 from streamapp.joins import JoinWindow, WindowedJoin, _io
+from streamapp.runtime.producer import batch_append
 
 SOURCE = TP("source", 2)
 CHANGELOG = "batch-test-counts-changelog"
@@ -215,7 +216,7 @@ async def test_a_key_written_again_sends_only_its_last_write_which_rebuilds_the_
             replayed.pop(key, None)
         elif key is not None and value is not None:
             replayed[key] = value
-    assert sorted(replayed.items()) == sorted(counts.data._db_for_partition(2).items())
+    assert sorted(replayed.items()) == sorted(counts.data.items_of(2))
 
 
 async def test_records_go_to_the_batches_per_record_sends_fill(
@@ -239,7 +240,7 @@ async def test_records_go_to_the_batches_per_record_sends_fill(
         await producer.send(CHANGELOG, b"earlier", key=b"k", partition=2)
         await producer.send(OTHER, b"earlier", key=b"k", partition=2)
         if direct:
-            await accumulator_append.send(producer, records)
+            await batch_append.send(producer, records)
         else:
             for _, topic, partition, key, value in records:
                 await producer.send(topic, value, key=key, partition=partition)
@@ -349,7 +350,7 @@ async def test_records_go_to_the_open_batch_behind_one_sent_again(
     assert retried_ is retried
     records = [("counts", CHANGELOG, 2, b"a", b"1"), ("counts", CHANGELOG, 2, b"b", b"2")]
     with mock.patch.object(aio, "send", wraps=aio.send) as send:
-        await accumulator_append.send(aio, records)
+        await batch_append.send(aio, records)
     assert send.call_count == 0
     assert _records_of(behind) == [(0, b"k", b"second"), (1, b"a", b"1"), (2, b"b", b"2")]
     assert _records_of(retried) == [(0, b"k", b"first")]
@@ -408,14 +409,15 @@ async def test_a_transactional_producer_out_of_its_transaction_raises_as_send_do
     txn.committing_transaction()  # a commit under way: not in the transaction any more
     records = [("counts", CHANGELOG, 2, b"a", b"1"), ("counts", CHANGELOG, 2, b"b", b"2")]
     with pytest.raises(IllegalOperation):
-        await accumulator_append.send(aio, records)
+        await batch_append.send(aio, records)
     assert open_batch.record_count == 1
 
 
 async def test_a_partition_missing_from_the_metadata_takes_send(
     tmp_path: Path, in_batch: None, kafka: _Kafka
 ) -> None:
-    """``send`` waits for it (`producer_wait`); here a stand-in records what it is given."""
+    """``send`` waits for it (`streamapp.runtime.producer.partition_wait`); here a stand-in
+    records what it is given."""
     aio = kafka.producer()
     await aio.send(CHANGELOG, b"out", key=b"k", partition=2)  # an open batch
     (open_batch,) = aio._message_accumulator._batches[TopicPartition(CHANGELOG, 2)]
@@ -428,7 +430,7 @@ async def test_a_partition_missing_from_the_metadata_takes_send(
 
     records = [("counts", CHANGELOG, 2, b"a", b"1"), ("counts", CHANGELOG, 2, b"b", b"2")]
     with mock.patch.object(aio, "send", send):
-        last = await accumulator_append.send(aio, records)
+        last = await batch_append.send(aio, records)
     assert given == [(CHANGELOG, b"a", b"1", 2), (CHANGELOG, b"b", b"2", 2)]
     assert open_batch.record_count == 1 and list(last) == [("counts", 2)]
 
@@ -463,7 +465,7 @@ async def test_a_producer_with_a_send_of_its_own_gets_every_record(
     kafka.made.append(aio)
     await aio.send(CHANGELOG, b"out", key=b"k", partition=2)  # an open batch
     records = [("counts", CHANGELOG, 2, b"a", b"1"), ("counts", CHANGELOG, 2, b"b", b"2")]
-    last = await accumulator_append.send(aio, records)
+    last = await batch_append.send(aio, records)
     assert Traced.given == [b"k", b"a", b"b"] and list(last) == [("counts", 2)]
 
 

@@ -1,10 +1,11 @@
 """A batch's table reads and writes look the partition, key index and sensors up once per batch,
-and leave what Faust's per-call store calls leave (`batch_table`).
+and leave what the per-call store calls leave (`batch_table`).
 
-A real rocksdict store in a temporary directory; Faust's own producer object, its aiokafka
-producer a stand-in that keeps what it is sent and hands back futures the test resolves (no
-broker). "Faust's calls" is the same table with `batch_table`'s path turned off: the store's
-``_get`` / ``_set``, the key index and the sensors per call, as before this path.
+A real rocksdict store in a temporary directory (streamapp's, `streamapp.runtime.stores`);
+Faust's own producer object, its aiokafka producer a stand-in that keeps what it is sent and
+hands back futures the test resolves (no broker). "Faust's calls" is the same table with
+`batch_table`'s path turned off: the store's ``get_bytes`` / ``set_bytes`` (Faust's rules of
+which partition), the key index and the sensors per call, as before this path.
 """
 
 from __future__ import annotations
@@ -22,12 +23,12 @@ from aiokafka.structs import RecordMetadata, TopicPartition
 from faust.exceptions import PartitionsMismatch
 from faust.sensors import Sensor
 from faust.stores.memory import Store as MemoryStore
-from faust.stores.rocksdb import Store as RocksDBStore
 from faust.streams import _current_event
 from faust.types import TP
 
 from streamapp import App
 from streamapp.faust_compat import batch_changelog, batch_table
+from streamapp.runtime.stores import STORE_URL, RocksDBStore
 
 SOURCE = TP("source", 2)
 CHANGELOG = "batch-table-test-counts-changelog"
@@ -108,7 +109,7 @@ def _work(table: Any) -> None:
 
 
 def _rows(store: Any, partition: int) -> list[tuple[bytes, bytes]]:
-    return sorted(store._db_for_partition(partition).items())
+    return sorted(store.handle(partition).items())
 
 
 async def test_a_batch_leaves_what_fausts_calls_leave(tmp_path: Path, in_batch: None) -> None:
@@ -117,7 +118,7 @@ async def test_a_batch_leaves_what_fausts_calls_leave(tmp_path: Path, in_batch: 
     _faust_calls(slow)
     for table in (fast, slow):
         changelog = batch_changelog.begin(table.app, SOURCE)
-        with mock.patch.object(table.data, "_get", wraps=table.data._get) as get:
+        with mock.patch.object(table.data, "get_bytes", wraps=table.data.get_bytes) as get:
             _work(table)
         assert (get.call_count == 0) is (table is fast)  # the path taken
         await batch_changelog.end(changelog)
@@ -126,8 +127,8 @@ async def test_a_batch_leaves_what_fausts_calls_leave(tmp_path: Path, in_batch: 
     # Each key's last write, in the order the keys were first written (batch_changelog).
     assert [value for _, _, value, _ in fast_aio.sent] == [b"5", None, b"3"]
     assert _rows(fast.data, 2) == _rows(slow.data, 2) == [(b'"a"', b"5"), (b'"c"', b"3")]
-    assert list(fast.data._key_index.items()) == list(slow.data._key_index.items())
-    assert list(fast.data._key_index.items()) == [(b'"a"', 2), (b'"b"', 2), (b'"c"', 2)]
+    assert list(fast.data.key_index.items()) == list(slow.data.key_index.items())
+    assert list(fast.data.key_index.items()) == [(b'"a"', 2), (b'"b"', 2), (b'"c"', 2)]
     states = (fast.app.monitor.tables["counts"], slow.app.monitor.tables["counts"])
     assert [(s.keys_retrieved, s.keys_updated, s.keys_deleted) for s in states] == [(6, 5, 1)] * 2
 
@@ -136,7 +137,7 @@ async def test_reads_and_writes_go_to_the_batchs_partition_only(
     tmp_path: Path, in_batch: None
 ) -> None:
     app, counts, _ = _app(tmp_path)
-    other = counts.data._db_for_partition(1)
+    other = counts.data.handle(1)
     other.put(b'"a"', b"40")  # the same key in another partition's store
     changelog = batch_changelog.begin(app, SOURCE)
     assert counts["a"] == 0
@@ -151,7 +152,7 @@ async def test_the_persisted_offset_follows_the_last_delivery(
 ) -> None:
     app, counts, aio = _app(tmp_path)
     changelog = batch_changelog.begin(app, SOURCE)
-    with mock.patch.object(RocksDBStore, "_set", side_effect=AssertionError("per-call path")):
+    with mock.patch.object(RocksDBStore, "set_bytes", side_effect=AssertionError("per-call path")):
         counts["a"] += 1
         counts["b"] += 1
     await batch_changelog.end(changelog)
@@ -170,7 +171,7 @@ async def test_a_deletion_finds_the_key_the_batch_wrote_in_the_index(
     """A deletion in a batch deletes the key in the batch's partition, the one its changelog
     record goes to (and a recovery applies it in): another partition's key stays."""
     app, counts, _ = _app(tmp_path)
-    other = counts.data._db_for_partition(1)
+    other = counts.data.handle(1)
     other.put(b'"a"', b"40")
     changelog = batch_changelog.begin(app, SOURCE)
     counts["a"] = 5
@@ -184,9 +185,9 @@ async def test_an_unfinished_batch_still_indexes_its_keys(tmp_path: Path, in_bat
     app, counts, _ = _app(tmp_path)
     batch_changelog.begin(app, SOURCE)
     counts["a"] = 1
-    assert b'"a"' not in counts.data._key_index  # noted once per batch
+    assert b'"a"' not in counts.data.key_index  # noted once per batch
     batch_changelog.forget()  # what batches() does for a batch its agent left
-    assert counts.data._key_index[b'"a"'] == 2
+    assert counts.data.key_index[b'"a"'] == 2
 
 
 async def test_batches_of_two_tasks_keep_their_partitions(tmp_path: Path, in_batch: None) -> None:
@@ -219,13 +220,14 @@ async def test_a_handle_closed_during_the_batch_is_opened_again(
     tmp_path: Path, in_batch: None
 ) -> None:
     """A rebalance may close a partition's store while the agent awaits inside a batch: the
-    next write opens it again, as Faust's ``_db_for_partition`` does, and no closed handle is
+    next write opens it again, as the store's per-call path does, and no closed handle is
     written."""
     app, counts, _ = _app(tmp_path)
     changelog = batch_changelog.begin(app, SOURCE)
     counts["a"] += 1  # a read: the partition's handle is open
     store = counts.data
-    store._dbs.pop(2).close()
+    store.revoke_partitions(counts, {TP(CHANGELOG, 2)})  # closed off the event loop
+    assert 2 not in store.open_partitions()
     counts["a"] += 1
     await batch_changelog.end(changelog)
     assert _rows(store, 2) == [(b'"a"', b"2")]
@@ -287,7 +289,7 @@ async def test_other_tables_keep_fausts_calls(tmp_path: Path, in_batch: None) ->
         assert not table._in_batches, table.name
     changelog = batch_changelog.begin(app, SOURCE)
     store = windowed.table.data
-    with mock.patch.object(store, "_set", wraps=store._set) as set_:
+    with mock.patch.object(store, "set_bytes", wraps=store.set_bytes) as set_:
         windowed["k"] += 1  # Faust's store calls (and the window's expiry noted)
     assert set_.call_count == 1 and windowed["k"].now() == 1
     assert windowed.table._partition_timestamps[2]  # the expiry heap, as Faust's write notes it
@@ -298,11 +300,11 @@ async def test_other_tables_keep_fausts_calls(tmp_path: Path, in_batch: None) ->
     assert not batch_table.handles_table(global_table, global_table.data)
 
     class OwnStore(RocksDBStore):
-        def _get(self, key: bytes) -> bytes | None:
-            return super()._get(key)
+        def get_bytes(self, key: bytes) -> bytes | None:
+            return super().get_bytes(key)
 
     own = app.Table("own", default=int, partitions=4)
-    assert not batch_table.handles_table(own, OwnStore("rocksdb://", app, own))
+    assert not batch_table.handles_table(own, OwnStore(STORE_URL, app, own))
     assert not batch_table.handles_table(counts, MemoryStore("memory://", app, counts))
     assert batch_table.handles_table(counts, counts.data)
 
@@ -310,10 +312,10 @@ async def test_other_tables_keep_fausts_calls(tmp_path: Path, in_batch: None) ->
 async def test_outside_a_batch_fausts_calls(tmp_path: Path, in_batch: None) -> None:
     _, counts, _ = _app(tmp_path)
     counts.app.producer.send_soon = mock.Mock()
-    with mock.patch.object(counts.data, "_set", wraps=counts.data._set) as set_:
+    with mock.patch.object(counts.data, "set_bytes", wraps=counts.data.set_bytes) as set_:
         counts["a"] = 1
     assert set_.call_count == 1
-    assert counts.data._key_index[b'"a"'] == 2
+    assert counts.data.key_index[b'"a"'] == 2
 
 
 async def test_only_a_write_checks_the_co_partitioning(tmp_path: Path, in_batch: None) -> None:
@@ -332,7 +334,7 @@ async def test_only_a_write_checks_the_co_partitioning(tmp_path: Path, in_batch:
 
 def _stored(store: Any, partition: int, key: bytes) -> bytes | None:
     """What the partition's rocksdict store itself holds for ``key``."""
-    value: bytes | None = store._db_for_partition(partition).get(key)
+    value: bytes | None = store.handle(partition).get(key)
     return value
 
 
@@ -350,17 +352,17 @@ async def test_a_batchs_writes_are_stored_together_as_it_ends(
     store = counts.data
     assert _stored(store, 2, b'"a"') is None and _stored(store, 2, b'"b"') is None
     writes = []
-    real_flush = batch_table.flush
+    real_flush = store.write_pending
 
-    def flush(flushed: Any) -> None:
-        writes.append((dict(batch_table.pending(flushed, 2)), len(aio.sent)))
-        real_flush(flushed)
+    def flush() -> None:
+        writes.append((dict(store.pending(2).writes), len(aio.sent)))
+        real_flush()
 
-    with mock.patch.object(batch_table, "flush", flush):
+    with mock.patch.object(store, "write_pending", flush):
         await batch_changelog.end(changelog)
     assert writes == [({b'"a"': b"2", b'"b"': b"7"}, 0)]  # one write, before any record is sent
     assert _rows(store, 2) == [(b'"a"', b"2"), (b'"b"', b"7")]
-    assert len(aio.sent) == 2 and batch_table.pending(store, 2) == {}  # each key's last write
+    assert len(aio.sent) == 2 and store.pending(2).writes == {}  # each key's last write
 
 
 async def test_a_deletion_waits_with_the_batchs_writes(tmp_path: Path, in_batch: None) -> None:
@@ -379,13 +381,13 @@ async def test_a_deletion_waits_with_the_batchs_writes(tmp_path: Path, in_batch:
     assert "a" not in counts and counts["a"] == 0 and "c" in counts and counts["c"] == 4
     assert _rows(store, 2) == [(b'"a"', b"1"), (b'"b"', b"2")]  # nothing stored yet
     writes = []
-    real_flush = batch_table.flush
+    real_flush = store.write_pending
 
-    def flush(flushed: Any) -> None:
-        writes.append(dict(batch_table.pending(flushed, 2)))
-        real_flush(flushed)
+    def flush() -> None:
+        writes.append(dict(store.pending(2).writes))
+        real_flush()
 
-    with mock.patch.object(batch_table, "flush", flush):
+    with mock.patch.object(store, "write_pending", flush):
         await batch_changelog.end(changelog)
     assert writes == [{b'"a"': None, b'"c"': b"4"}]  # one write
     assert _rows(store, 2) == [(b'"b"', b"2"), (b'"c"', b"4")]
@@ -465,7 +467,7 @@ async def _one_read(app: Any, counts: Any, name: str, read: Any, seen: dict[str,
     counts["a"] += 1
     seen[name] = read()
     await batch_changelog.end(changelog)
-    counts.data._db_for_partition(2).delete(b'"a"')  # the next read starts afresh
+    counts.data.handle(2).delete(b'"a"')  # the next read starts afresh
 
 
 def _in_another_task(coro: Any) -> asyncio.Task[Any]:

@@ -125,7 +125,7 @@ def _table(app: faust.App, **options: Any) -> Any:
 
 
 def _stored(table: Any, key_bytes: bytes) -> bytes | None:
-    value: bytes | None = table.data._db_for_partition(2).get(key_bytes)
+    value: bytes | None = table.data.handle(2).get(key_bytes)
     return value
 
 

@@ -1,5 +1,5 @@
 """A rebalance's stores are opened one at a time with the event loop running between, after
-their closes (a real Store on disk, no broker; see `streamapp.faust_compat.recovery`)."""
+their closes (a real store on disk, no broker; see `streamapp.faust_compat.recovery`)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import pytest
 from faust.types import TP
 
 import streamapp
-from streamapp.faust_compat import recovery, store_revoke
-from streamapp.faust_compat.access import open_store_partitions
+from streamapp.faust_compat import recovery
+from streamapp.runtime import store_handles
 
 
 @pytest.fixture
@@ -40,7 +40,7 @@ async def test_the_stores_a_rebalance_assigns_are_opened_one_per_turn(table: Any
 
     async def watch() -> None:
         while not done:
-            seen.append(open_store_partitions(store))
+            seen.append(store.open_partitions())
             await asyncio.sleep(0)
 
     watcher = asyncio.ensure_future(watch())
@@ -51,7 +51,7 @@ async def test_the_stores_a_rebalance_assigns_are_opened_one_per_turn(table: Any
     done = True
     await watcher
     assert stepped == [0, 2, 3]
-    assert open_store_partitions(store) == {0, 1, 2, 3}
+    assert store.open_partitions() == {0, 1, 2, 3}
     # Between two opens the loop ran other work, for several turns: every set of open stores
     # in between was seen, each more than once.
     assert [s for i, s in enumerate(seen) if i == 0 or s != seen[i - 1]] == [
@@ -68,7 +68,7 @@ async def test_a_store_still_closing_is_awaited_with_the_loop_running(table: Any
     store = table.data
     store.set_persisted_offset(_changelog(table, 2), 9)
     gate = threading.Event()
-    store_revoke._closer.submit(gate.wait)  # holds the closer: the close below waits
+    store_handles.closer.submit(gate.wait)  # holds the closer: the close below waits
     events: list[str] = []
     # Only if the loop stopped in the close (the test's failure) does this release it.
     safety = threading.Timer(10, lambda: (events.append("safety"), gate.set()))
@@ -89,4 +89,4 @@ async def test_a_store_still_closing_is_awaited_with_the_loop_running(table: Any
         safety.cancel()
     assert events == ["loop ran"]
     assert store.persisted_offset(_changelog(table, 2)) == 9
-    assert 2 in open_store_partitions(store)
+    assert 2 in store.open_partitions()

@@ -9,11 +9,15 @@ from types import SimpleNamespace
 
 import pytest
 from aiokafka import TopicPartition
+from aiokafka.errors import KafkaConnectionError
 from faust.types import TP
 
 from streamapp import App
 from streamapp.faust_compat.transport import Consumer, deleted_before_read
+from streamapp.faust_compat.worker_clients import worker_client_id
 from streamapp.partition_assignor import StreamappPartitionAssignor
+from streamapp.runtime.group.consumer import WorkerConsumer
+from streamapp.runtime.producer.client import WorkerProducer
 
 
 async def test_no_tables_no_standbys_still_our_assignor(tmp_path: Path) -> None:
@@ -280,3 +284,36 @@ def test_a_fetch_built_while_records_are_pending_waits_briefly() -> None:
     fetcher._fetch_max_wait_ms = 50  # a shorter wait (none of Faust's) stays
     [(_, shorter)] = fetcher._get_actions_per_node(None)[0]
     assert shorter._max_wait_ms == 50
+
+
+async def test_the_worker_s_kafka_clients_are_streamapp_s_named_by_its_client_id(
+    tmp_path: Path,
+) -> None:
+    """Kafka's tools and the brokers' logs name each worker by its client id, not
+    ``faust-<version>``; an app's own ``broker_client_id`` is kept."""
+    app = App(
+        "sa-clients",
+        client_id="worker-7",
+        broker="kafka://127.0.0.1:9",
+        datadir=str(tmp_path / "a"),
+    )
+    consumer = app.consumer._thread._create_worker_consumer(app.transport)  # type: ignore[attr-defined]
+    producer = app.producer
+    with pytest.raises(KafkaConnectionError):  # no broker: built, then its start failed
+        await producer.on_start()
+    aio = producer._producer  # type: ignore[attr-defined]
+    try:
+        assert isinstance(consumer, WorkerConsumer)
+        assert consumer._client._client_id == "worker-7"
+        assert isinstance(aio, WorkerProducer)
+        assert aio.client._client_id == "worker-7"
+        transactional = producer._new_producer(transactional_id="t-1")  # type: ignore[attr-defined]
+        assert isinstance(transactional, WorkerProducer)
+        assert transactional.client._client_id == "worker-7"
+        await transactional.stop()
+    finally:
+        await aio.stop()
+        await consumer.stop()
+
+    own = App("sa-own", broker_client_id="billing", datadir=str(tmp_path / "b"))
+    assert worker_client_id(own) == "billing"

@@ -3,49 +3,34 @@
 aiokafka 0.14's sender loop, holding a record for a partition whose leader its metadata does
 not know, asks the client for a metadata refresh and waits for it, then asks again at once: no
 backoff between the two. A partition that stays unknown (its topic deleted while the producer
-holds records for it, or recreated with fewer partitions: a table's changelog) made
-it ask about two thousand times a second, at about 40% of a core, until the partition came
-back or the held record expired (Faust's ``producer_request_timeout``, 20 minutes by default).
-Kafka's Java producer waits ``retry.backoff.ms`` between metadata refreshes.
+holds records for it, or recreated with fewer partitions: a table's changelog) made it ask
+about two thousand times a second, at about 40% of a core, until the partition came back or
+the held record expired (Faust's ``producer_request_timeout``, 20 minutes by default). Kafka's
+Java producer waits ``retry.backoff.ms`` between metadata refreshes.
 
-Here each producer's sender gets a view of its client (`SenderClient`) whose
-``force_metadata_update`` starts a refresh no sooner than the producer's ``retry_backoff_ms``
-after the previous one it asked for ended (`SpacedRefresh`); asked again meanwhile, it returns
-the refresh already on its way, as aiokafka's does. The sender still wakes for anything else
-meanwhile (a produce answer, new records), and a partition that comes back is seen at the next
-refresh, within one backoff. Refreshes the producer itself asks for (the first send to a topic,
-`streamapp.faust_compat.producer_wait`) are not spaced: only the sender spun.
+Here the sender of a `streamapp.runtime.producer.client.WorkerProducer` gets, as the producer
+starts, a view of its client (`SenderClient`) whose ``force_metadata_update`` starts a refresh
+no sooner than the producer's ``retry_backoff_ms`` after the previous one it asked for ended
+(`SpacedRefresh`); asked again meanwhile, it returns the refresh already on its way, as
+aiokafka's does. The sender still wakes for anything else meanwhile (a produce answer, new
+records), and a partition that comes back is seen at the next refresh, within one backoff.
+Refreshes the producer itself asks for (the first send to a topic,
+`streamapp.runtime.producer.partition_wait`) are not spaced: only the sender spun.
 
-Installed once per process by `install` (from `streamapp.faust_compat.app`), as each producer
-starts. Transport fix 22. aiokafka names used: ``AIOKafkaProducer.start`` (wrapped),
-``_sender`` and the sender's ``client`` and ``_retry_backoff``; the client's
-``force_metadata_update``. Delete when aiokafka's sender waits a backoff between the metadata
-refreshes it asks for.
+aiokafka internals (listed in `streamapp.runtime.producer.PRIVATE_NAMES`):
+``AIOKafkaProducer._sender``, the sender's ``client`` and ``_retry_backoff``; the client's
+``force_metadata_update``.
+Delete when aiokafka's sender waits a backoff between the metadata refreshes it asks for.
+Tests: tests/unit/streamapp/runtime/producer/test_refresh_spacing.py;
+tests/integration/test_producer_metadata.py.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
-import inspect
 from collections.abc import Awaitable, Callable
 from typing import Any
-
-from aiokafka import AIOKafkaProducer
-from aiokafka.client import AIOKafkaClient
-from aiokafka.producer.sender import Sender
-
-from streamapp.faust_compat.once import once
-
-if not callable(getattr(AIOKafkaClient, "force_metadata_update", None)) or "client" not in (
-    inspect.signature(Sender.__init__).parameters
-):
-    raise RuntimeError(
-        "streamapp.faust_compat.producer_metadata: AIOKafkaClient.force_metadata_update or "
-        "Sender(client, ...) changed (written for aiokafka 0.14); see the module's docstring"
-    )
-
-_original_start = AIOKafkaProducer.start
 
 
 class SpacedRefresh:
@@ -127,14 +112,3 @@ def space_sender_refreshes(producer: Any) -> None:
         client.force_metadata_update, sender._retry_backoff, asyncio.get_running_loop()
     )
     sender.client = SenderClient(client, refresh)
-
-
-async def _start(self: Any) -> None:
-    space_sender_refreshes(self)
-    await _original_start(self)
-
-
-@once
-def install() -> None:
-    """Wrap ``AIOKafkaProducer.start`` for this process."""
-    AIOKafkaProducer.start = _start

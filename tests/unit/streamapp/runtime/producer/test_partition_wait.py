@@ -1,4 +1,5 @@
-"""producer_wait: a send to a partition the producer does not know waits until it is there.
+"""partition_wait: a worker producer's send to a partition it does not know waits until it is
+there.
 
 The producer here is a stand-in holding just what the wait reads: a client whose metadata
 refresh, like aiokafka's, brings only the topics the client tracks, and ``partitions_for``,
@@ -11,10 +12,13 @@ import asyncio
 from typing import Any
 
 import pytest
+from aiokafka import AIOKafkaProducer
 from aiokafka.errors import UnknownTopicOrPartitionError
+from aiokafka.protocol.metadata import MetadataResponse_v1
 
-from streamapp.faust_compat import producer_wait
-from streamapp.faust_compat.producer_wait import wait_for_partition
+from streamapp.runtime.producer import client as producer_client
+from streamapp.runtime.producer.client import WorkerProducer
+from streamapp.runtime.producer.partition_wait import wait_for_partition
 
 
 class _Cluster:
@@ -77,28 +81,54 @@ async def test_a_known_partition_does_not_wait() -> None:
     assert producer.client.refreshes == 0
 
 
+def _metadata_with(topic: str, partitions: int) -> Any:
+    """A metadata answer (v1) of one broker leading every partition of ``topic``."""
+    described = [(0, topic, False, [(0, p, 0, [0], [0]) for p in range(partitions)])]
+    return MetadataResponse_v1([(0, "127.0.0.1", 9092, None)], 0, described)
+
+
+class _AiokafkaSend(AIOKafkaProducer):  # type: ignore[misc]
+    """aiokafka's producer as the worker producer's send sees it: the stand-in's client, and a
+    send that notes what it was given."""
+
+    def __init__(self, **options: Any) -> None:
+        self.client = _Client({"t": {0, 1, 2}}, tracked={"t"})
+        self.sent: list[tuple[str, int | None]] = []
+
+    async def send(self, topic: str, value: Any = None, key: Any = None, **kw: Any) -> None:
+        self.sent.append((topic, kw.get("partition")))
+
+
+class _StandInWorkerProducer(WorkerProducer, _AiokafkaSend):
+    pass
+
+
 async def test_a_send_enters_the_wait_only_for_a_partition_it_does_not_know(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    sent: list[tuple[str, int | None]] = []
     waited: list[tuple[str, int]] = []
-
-    async def original_send(
-        self: Any, topic: str, value: Any = None, key: Any = None, **kw: Any
-    ) -> None:
-        sent.append((topic, kw.get("partition")))
 
     async def wait(self: Any, topic: str, partition: int) -> None:
         waited.append((topic, partition))
         self.client.cluster.known[topic] = {0, 1, 2}
 
-    monkeypatch.setattr(producer_wait, "_original_send", original_send)
-    monkeypatch.setattr(producer_wait, "wait_for_partition", wait)
-    producer = _Producer({"t": {0, 1, 2}}, tracked={"t"})
+    monkeypatch.setattr(producer_client, "wait_for_partition", wait)
+    producer = _StandInWorkerProducer()
     producer.client.cluster.known = {"t": {0}}
-    await producer_wait._send(producer, "t", b"v", b"k", partition=0)  # known: no wait
-    await producer_wait._send(producer, "t", b"v", b"k")  # the partitioner's choice: no wait
+    await producer.send("t", b"v", b"k", partition=0)  # known: no wait
+    await producer.send("t", b"v", b"k")  # the partitioner's choice: no wait
     assert waited == []
-    await producer_wait._send(producer, "t", b"v", b"k", partition=2)  # unknown: waits first
+    await producer.send("t", b"v", b"k", partition=2)  # unknown: waits first
     assert waited == [("t", 2)]
-    assert sent == [("t", 0), ("t", None), ("t", 2)]
+    assert producer.sent == [("t", 0), ("t", None), ("t", 2)]
+
+
+async def test_a_plain_producer_s_send_to_an_unknown_partition_raises_as_aiokafka_s() -> None:
+    """aiokafka's own send is left as it is: a plain producer in the process asserts."""
+    producer = AIOKafkaProducer(bootstrap_servers="127.0.0.1:9")
+    try:
+        producer.client.cluster.update_metadata(_metadata_with("t", 1))
+        with pytest.raises(AssertionError, match="Unrecognized partition"):
+            await producer.send("t", b"v", partition=2)
+    finally:
+        await producer.stop()

@@ -6,10 +6,14 @@ any leader sees it); aiokafka's own decoding raised out of the rebalance and cra
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+from typing import Any
+
+from aiokafka.consumer.group_coordinator import GroupCoordinator
 from aiokafka.coordinator.protocol import ConsumerProtocolMemberMetadata
 
 from assignor.metadata_codec import MetadataError, decode_metadata
-from streamapp.faust_compat.coordinator import readable_members
+from streamapp.runtime.group.member_envelopes import ReadableEnvelopes, readable_members
 
 # Bytes 2-5 (the topic count) say 5, then a topic name length past the end: aiokafka raises.
 UNDERRUN = b"\x00\x00\x00\x00\x00\x05\x7f\xff" + b"x" * 8
@@ -40,3 +44,27 @@ def test_streamapp_cannot_read_what_was_rewritten() -> None:
     except MetadataError:
         return
     raise AssertionError("random bytes decoded as streamapp metadata")
+
+
+class AiokafkaLeader(GroupCoordinator):  # type: ignore[misc]
+    """aiokafka's leader step, a stand-in: it decodes every member's envelope as aiokafka's."""
+
+    def __init__(self) -> None:
+        self.decoded: list[Any] = []
+
+    async def _perform_assignment(self, response: Any) -> dict[str, Any]:
+        for *_, envelope in response.members:
+            self.decoded.append(ConsumerProtocolMemberMetadata.decode(envelope).subscription)
+        return {}
+
+
+class Leader(ReadableEnvelopes, AiokafkaLeader):
+    pass
+
+
+async def test_the_leader_step_reads_what_it_is_given_after_the_rewrite() -> None:
+    good = ConsumerProtocolMemberMetadata(4, ["t"], b"SA\x01...").encode()
+    leader = Leader()
+    response = SimpleNamespace(members=[("m-good", good), ("m-under", UNDERRUN)])
+    await leader._perform_assignment(response)
+    assert leader.decoded == [["t"], []]  # aiokafka's decoding raised on the second before

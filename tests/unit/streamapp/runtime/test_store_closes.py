@@ -1,5 +1,6 @@
-"""Faust's RocksDB store revokes partitions without a full garbage collection (a real Store on
-disk, no broker; see `streamapp.faust_compat.store_revoke`)."""
+"""streamapp's RocksDB store revokes partitions without a full garbage collection, closing their
+handles off the event loop (a real store on disk, no broker; see
+`streamapp.runtime.store_handles`)."""
 
 from __future__ import annotations
 
@@ -13,12 +14,12 @@ import pytest
 from faust.types import TP
 
 import streamapp
-from streamapp.faust_compat import store_revoke
+from streamapp.runtime import store_handles
 
 
 @pytest.fixture
 def table(tmp_path: Path) -> Any:
-    app = streamapp.App("revoke-test", datadir=str(tmp_path))  # installs store_revoke
+    app = streamapp.App("revoke-test", datadir=str(tmp_path))
     return app.Table("counts", partitions=4)
 
 
@@ -48,8 +49,7 @@ def _changelog(table: Any, partition: int) -> TP:
 
 
 def _write(table: Any, partition: int, offset: int) -> None:
-    table.data._db_for_partition(partition).put(b"k", b"v")
-    table.data.set_persisted_offset(_changelog(table, partition), offset)
+    table.data.write(partition, {b"k": b"v"}, offset=offset)
 
 
 def test_a_rebalance_that_revokes_nothing_collects_nothing(
@@ -59,7 +59,7 @@ def test_a_rebalance_that_revokes_nothing_collects_nothing(
     table.data.revoke_partitions(table, set())
     table.data.revoke_partitions(table, {TP("source", 1), _changelog(table, 3)})  # none open
     assert collections == []
-    assert set(table.data._dbs) == {1}
+    assert table.data.open_partitions() == {1}
 
 
 async def test_the_rebalance_step_closes_revoked_stores_off_the_event_loop(
@@ -77,12 +77,13 @@ async def test_the_rebalance_step_closes_revoked_stores_off_the_event_loop(
             closed_on.append(threading.current_thread().name)
             self.db.close()
 
-    table.data._dbs[2] = Handle(table.data._dbs[2])
+    handles = table.data.handles.open
+    handles[2] = Handle(handles[2])
     await table.data.on_rebalance({_changelog(table, 1)}, {_changelog(table, 2)}, set())
     assert closed_on and closed_on[0] != threading.current_thread().name
     assert collections == []
-    assert set(table.data._dbs) == {1}
-    assert store_revoke.closing(table.data) == {}
+    assert table.data.open_partitions() == {1}
+    assert table.data.pending_close(2) is None
     # Opened again (a standby of it, or the partition given back): its lock was released.
     assert table.data.persisted_offset(_changelog(table, 2)) == 9
     assert collections == []
@@ -93,10 +94,10 @@ def test_an_open_during_the_close_of_its_store_waits_for_it(
 ) -> None:
     _write(table, 2, offset=9)
     gate = threading.Event()
-    store_revoke._closer.submit(gate.wait)  # holds the closer: the close below waits
+    store_handles.closer.submit(gate.wait)  # holds the closer: the close below waits
     try:
         table.data.revoke_partitions(table, {_changelog(table, 2)})
-        assert 2 in store_revoke.closing(table.data)
+        assert table.data.pending_close(2) is not None
         opening = threading.Event()
         opened: list[int | None] = []
 
@@ -117,7 +118,7 @@ def test_an_open_during_the_close_of_its_store_waits_for_it(
 def _kept_by_a_cycle(table: Any, partition: int) -> None:
     """The partition's database kept open (and locked) by what only the collector can free: an
     iterator keeps its database open after the handle's close, and a cycle keeps the iterator."""
-    items = iter(table.data._dbs[partition].items())
+    items = iter(table.data.handle(partition).items())
     next(items)
     cycle: list[Any] = [items]
     cycle.append(cycle)
@@ -137,12 +138,12 @@ def test_a_handle_a_cycle_keeps_alive_is_collected_when_its_store_opens_again(
 def test_other_open_errors_are_raised_as_they_were(
     table: Any, collections: list[int], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def broken(store: Any, partition: int) -> Any:
+    def broken(*args: Any, **kwargs: Any) -> Any:
         raise Exception("Corruption: CURRENT file corrupted")
 
-    monkeypatch.setattr(store_revoke, "_original_open_for_partition", broken)
+    monkeypatch.setattr("streamapp.runtime.stores.Rdict", broken)
     with pytest.raises(Exception, match="Corruption"):
-        table.data._db_for_partition(0)
+        table.data.handle(0)
     assert collections == []
 
 

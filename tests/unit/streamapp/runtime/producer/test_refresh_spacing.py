@@ -1,4 +1,4 @@
-"""producer_metadata: the refreshes aiokafka's producer sender asks for wait a backoff apart.
+"""refresh_spacing: the refreshes a worker producer's sender asks for wait a backoff apart.
 
 The refresh here is a stand-in for the client's ``force_metadata_update``: it counts the
 refreshes started and ends each when the test says. Timers are caught (the loop's
@@ -13,8 +13,10 @@ from typing import Any
 
 import pytest
 from aiokafka import AIOKafkaProducer
+from aiokafka.errors import KafkaConnectionError
 
-from streamapp.faust_compat.producer_metadata import (
+from streamapp.runtime.producer.client import WorkerProducer
+from streamapp.runtime.producer.refresh_spacing import (
     SenderClient,
     SpacedRefresh,
     space_sender_refreshes,
@@ -122,7 +124,7 @@ async def test_a_caller_giving_up_does_not_cancel_the_refresh_for_the_others() -
 
 
 async def test_the_sender_sees_its_client_with_the_spaced_refresh_only() -> None:
-    producer = AIOKafkaProducer(bootstrap_servers="127.0.0.1:9", retry_backoff_ms=250)
+    producer = WorkerProducer(bootstrap_servers="127.0.0.1:9", retry_backoff_ms=250)
     try:
         client = producer.client
         space_sender_refreshes(producer)
@@ -137,3 +139,19 @@ async def test_the_sender_sees_its_client_with_the_spaced_refresh_only() -> None
         assert client.force_metadata_update.__func__ is type(client).force_metadata_update
     finally:
         await producer.stop()
+
+
+async def test_a_worker_producer_spaces_its_sender_s_refreshes_as_it_starts_a_plain_one_not() -> (
+    None
+):
+    worker = WorkerProducer(bootstrap_servers="127.0.0.1:9", request_timeout_ms=1000)
+    plain = AIOKafkaProducer(bootstrap_servers="127.0.0.1:9", request_timeout_ms=1000)
+    try:
+        for producer in (worker, plain):
+            with pytest.raises(KafkaConnectionError):  # no broker: the start got that far
+                await producer.start()
+        assert isinstance(worker._sender.client, SenderClient)
+        assert plain._sender.client is plain.client
+    finally:
+        await worker.stop()
+        await plain.stop()

@@ -1,8 +1,8 @@
-"""Prompt heartbeats after a cooperative join (`streamapp.faust_compat.second_round`).
+"""Prompt heartbeats after a cooperative join (`streamapp.runtime.group.prompt_heartbeats`).
 
-The routine runs on a stand-in coordinator with a clock of its own: what the broker answers a
-heartbeat, and the rebalance that follows, are tested on a real one in
-tests/integration/test_cooperative_rebalance.py.
+The routine runs on a coordinator whose aiokafka steps are stand-ins (a base class below
+streamapp's), with a clock of its own: what the broker answers a heartbeat, and the rebalance
+that follows, are tested on a real one in tests/integration/test_cooperative_rebalance.py.
 """
 
 from __future__ import annotations
@@ -17,14 +17,16 @@ from aiokafka.consumer.subscription_state import SubscriptionState
 from aiokafka.coordinator.protocol import ConsumerProtocolMemberAssignment
 from aiokafka.structs import TopicPartition as TP
 
-from streamapp.faust_compat import coordinator as compat
-from streamapp.faust_compat import second_round
+from streamapp.runtime.group import prompt_heartbeats
+from streamapp.runtime.group.cooperative import CooperativeJoin
+from streamapp.runtime.group.prompt_heartbeats import PromptHeartbeats
 
 HEARTBEAT_INTERVAL_MS = 500
 
 
-class Coordinator:
-    """The attributes of aiokafka's GroupCoordinator the prompt heartbeats use."""
+class AiokafkaHeartbeats(aiokafka_gc.GroupCoordinator):  # type: ignore[misc]
+    """The attributes of aiokafka's GroupCoordinator the prompt heartbeats use, and its own
+    heartbeat routine (which only says it ran)."""
 
     def __init__(self, answers: list[str]) -> None:
         self._heartbeat_interval_ms = HEARTBEAT_INTERVAL_MS
@@ -53,6 +55,13 @@ class Coordinator:
             self.rejoin = True  # aiokafka's request_rejoin
         return answer != "failed"
 
+    async def _heartbeat_routine(self) -> None:
+        self.events.append("aiokafka's routine")
+
+
+class Coordinator(PromptHeartbeats, AiokafkaHeartbeats):
+    """streamapp's prompt heartbeats over aiokafka's routine."""
+
 
 class Clock:
     def __init__(self) -> None:
@@ -65,12 +74,7 @@ class Clock:
 @pytest.fixture
 def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
     clock = Clock()
-    monkeypatch.setattr(second_round, "_sleep", clock.sleep)
-
-    async def aiokafka_routine(self: Coordinator) -> None:
-        self.events.append("aiokafka's routine")
-
-    monkeypatch.setattr(second_round, "_aiokafka_heartbeat_routine", aiokafka_routine)
+    monkeypatch.setattr(prompt_heartbeats, "_sleep", clock.sleep)
     return clock
 
 
@@ -78,8 +82,8 @@ async def test_after_a_cooperative_join_the_broker_hears_from_the_member_at_once
     clock: Clock,
 ) -> None:
     coordinator = Coordinator(["ok", "ok", "rebalancing"])
-    second_round.start_prompt_heartbeats(coordinator)
-    await second_round._heartbeat_routine(coordinator)
+    coordinator.start_prompt_heartbeats()
+    await coordinator._heartbeat_routine()
     # aiokafka's routine would have sent its first heartbeat after 0.5 s; the third prompt
     # one heard of the second round after 0.3 s, and requested the rejoin.
     assert coordinator.events == [
@@ -95,37 +99,39 @@ async def test_after_a_cooperative_join_the_broker_hears_from_the_member_at_once
 
 async def test_prompt_heartbeats_go_on_through_their_window(clock: Clock) -> None:
     coordinator = Coordinator([])  # no second round: every answer is ok
-    second_round.start_prompt_heartbeats(coordinator)
-    await second_round._heartbeat_routine(coordinator)
+    coordinator.start_prompt_heartbeats()
+    await coordinator._heartbeat_routine()
     assert coordinator.events == ["heartbeats started"] + ["heartbeat ok"] * 20 + [
         "aiokafka's routine"
     ]
-    assert sum(clock.sleeps) == pytest.approx(second_round.PROMPT_WINDOW_S)
+    assert sum(clock.sleeps) == pytest.approx(prompt_heartbeats.PROMPT_WINDOW_S)
 
 
 def test_the_window_is_two_seconds_or_one_heartbeat_interval_twenty_heartbeats() -> None:
-    assert second_round.prompt_schedule(500) == (pytest.approx(0.1), 20)
-    assert second_round.prompt_schedule(3000) == (pytest.approx(0.15), 20)  # Faust's default
-    assert second_round.prompt_schedule(1) == (pytest.approx(0.1), 20)
+    assert prompt_heartbeats.prompt_schedule(500) == (pytest.approx(0.1), 20)
+    assert prompt_heartbeats.prompt_schedule(3000) == (pytest.approx(0.15), 20)  # Faust's
+    assert prompt_heartbeats.prompt_schedule(1) == (pytest.approx(0.1), 20)
 
 
 async def test_a_failed_heartbeat_is_left_to_aiokafka_s_routine(clock: Clock) -> None:
     coordinator = Coordinator(["failed"])
-    second_round.start_prompt_heartbeats(coordinator)
-    await second_round._heartbeat_routine(coordinator)
+    coordinator.start_prompt_heartbeats()
+    await coordinator._heartbeat_routine()
     assert coordinator.events == ["heartbeats started", "heartbeat failed", "aiokafka's routine"]
 
 
 async def test_only_the_heartbeats_right_after_the_join_are_prompt(clock: Clock) -> None:
     coordinator = Coordinator(["rebalancing"])
-    second_round.start_prompt_heartbeats(coordinator)
-    await second_round._heartbeat_routine(coordinator)
+    coordinator.start_prompt_heartbeats()
+    await coordinator._heartbeat_routine()
     coordinator.events.clear()
-    await second_round._heartbeat_routine(coordinator)  # restarted, no join since
+    await coordinator._heartbeat_routine()  # restarted, no join since
     assert coordinator.events == ["aiokafka's routine"]
 
 
-async def test_a_rejoin_stops_the_prompt_heartbeats_quietly(clock: Clock) -> None:
+async def test_a_rejoin_stops_the_prompt_heartbeats_quietly(
+    clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
     coordinator = Coordinator([])
     stopped = asyncio.Event()
 
@@ -133,14 +139,13 @@ async def test_a_rejoin_stops_the_prompt_heartbeats_quietly(clock: Clock) -> Non
         stopped.set()
         await asyncio.Event().wait()  # cancelled here, as aiokafka stops its routine
 
-    second_round.start_prompt_heartbeats(coordinator)
+    coordinator.start_prompt_heartbeats()
     coordinator.events.clear()
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(second_round, "_sleep", stopping_sleep)
-        task = asyncio.create_task(second_round._heartbeat_routine(coordinator))
-        await stopped.wait()
-        task.cancel()
-        await task  # no CancelledError out of it: aiokafka's _stop_heartbeat_task awaits it
+    monkeypatch.setattr(prompt_heartbeats, "_sleep", stopping_sleep)
+    task = asyncio.create_task(coordinator._heartbeat_routine())
+    await stopped.wait()
+    task.cancel()
+    await task  # no CancelledError out of it: aiokafka's _stop_heartbeat_task awaits it
     assert coordinator.events == []
 
 
@@ -157,27 +162,6 @@ class Assignor:
         return None
 
 
-class JoiningCoordinator(Coordinator):
-    """And what `coordinator`'s join steps use (see test_cooperative_join.py)."""
-
-    def __init__(self, keeps: bool) -> None:
-        super().__init__([])
-        self._subscription.subscribe({"t"}, listener=Listener(self.events))
-        owned = {TP("t", 0), TP("t", 1)}
-        self._subscription.assign_from_subscribed(owned)
-
-        self._assignors = [Assignor(keeps)]
-        self._group_subscription: object = {"t"}
-        self.generation = 4
-        self.group_id = "g"
-
-    async def _maybe_do_last_autocommit(self, assignment: Any) -> None:
-        return None
-
-    def request_rejoin(self) -> None:
-        self.rejoin = True
-
-
 class Listener(ConsumerRebalanceListener):  # type: ignore[misc]
     def __init__(self, events: list[str]) -> None:
         self.events = events
@@ -189,67 +173,86 @@ class Listener(ConsumerRebalanceListener):  # type: ignore[misc]
         self.events.append("listener: assigned")
 
 
-@pytest.mark.parametrize("keeps", [True, False])
-async def test_a_cooperative_join_starts_prompt_heartbeats_before_its_handlers_an_eager_one_not(
-    monkeypatch: pytest.MonkeyPatch, clock: Clock, keeps: bool
-) -> None:
-    async def prepare(self: Any, previous: Any) -> None:
+class AiokafkaJoinSteps(AiokafkaHeartbeats):
+    """And what the cooperative join steps use (see test_cooperative_join.py); aiokafka's own
+    prepare does nothing here, its completion tells the listener (with ``on_complete`` first)."""
+
+    def __init__(self, keeps: bool) -> None:
+        super().__init__([])
+        self._subscription.subscribe({"t"}, listener=Listener(self.events))
+        owned = {TP("t", 0), TP("t", 1)}
+        self._subscription.assign_from_subscribed(owned)
+        self._assignors = [Assignor(keeps)]
+        self._group_subscription: object = {"t"}
+        self.generation = 4
+        self.group_id = "g"
+        self.on_complete: Any = None
+
+    async def _maybe_do_last_autocommit(self, assignment: Any) -> None:
         return None
 
-    async def complete(self: Any, *args: Any) -> None:
+    def request_rejoin(self) -> None:
+        self.rejoin = True
+
+    async def _on_join_prepare(self, previous: Any) -> None:
+        return None
+
+    async def _on_join_complete(self, *args: Any) -> None:
+        if self.on_complete is not None:
+            self.on_complete()
         await self._subscription.listener.on_partitions_assigned(set())
 
-    monkeypatch.setattr(compat, "_original_on_join_prepare", prepare)
-    monkeypatch.setattr(compat, "_original_on_join_complete", complete)
+
+class JoiningCoordinator(CooperativeJoin, AiokafkaJoinSteps):
+    """streamapp's cooperative join and prompt heartbeats over aiokafka's steps."""
+
+
+@pytest.mark.parametrize("keeps", [True, False])
+async def test_a_cooperative_join_starts_prompt_heartbeats_before_its_handlers_an_eager_one_not(
+    clock: Clock, keeps: bool
+) -> None:
     coordinator = JoiningCoordinator(keeps)
-    await compat._on_join_prepare(coordinator, coordinator._subscription.subscription.assignment)
+    await coordinator._on_join_prepare(coordinator._subscription.subscription.assignment)
     data = ConsumerProtocolMemberAssignment(0, [("t", [0])], b"").encode()
-    await compat._on_join_complete(coordinator, 5, "m", "streamapp", data)
+    await coordinator._on_join_complete(5, "m", "streamapp", data)
     if keeps:
         assert coordinator.events == [
             "heartbeats started",  # before Faust's handlers run, in the listener's calls
             "listener: revoked",
             "listener: assigned",
         ]
-        assert getattr(coordinator, "_streamapp_second_round", False)
+        assert coordinator._prompt_heartbeats_due
     else:  # aiokafka's path: its own start, once the join step has returned
         assert coordinator.events == ["listener: assigned"]
-        assert not getattr(coordinator, "_streamapp_second_round", False)
-        assert "_heartbeat_routine" not in vars(coordinator)
+        assert not coordinator._prompt_heartbeats_due
 
 
 async def test_a_new_worker_s_first_join_starts_prompt_heartbeats_once_its_group_is_cooperative(
-    monkeypatch: pytest.MonkeyPatch, clock: Clock
+    clock: Clock,
 ) -> None:
     """It owned nothing, so it joined the eager way; the assignment said the group runs
     cooperative, and a second round, which it must hear of, may follow."""
     coordinator = JoiningCoordinator(keeps=False)
     assignor = coordinator._assignors[0]
 
-    async def prepare(self: Any, previous: Any) -> None:
-        return None
-
-    async def complete(self: Any, *args: Any) -> None:
+    def assigned_cooperative() -> None:
         assignor.keeps = True  # the assignment said the group runs cooperative
-        await self._subscription.listener.on_partitions_assigned(set())
 
-    monkeypatch.setattr(compat, "_original_on_join_prepare", prepare)
-    monkeypatch.setattr(compat, "_original_on_join_complete", complete)
-    await compat._on_join_prepare(coordinator, None)
+    coordinator.on_complete = assigned_cooperative
+    await coordinator._on_join_prepare(None)
     data = ConsumerProtocolMemberAssignment(0, [("t", [0])], b"").encode()
-    await compat._on_join_complete(coordinator, 1, "m", "streamapp", data)
+    await coordinator._on_join_complete(1, "m", "streamapp", data)
     assert coordinator.events == ["listener: assigned", "heartbeats started"]
-    assert getattr(coordinator, "_streamapp_second_round", False)
+    assert coordinator._prompt_heartbeats_due
 
 
-async def test_only_the_started_coordinator_s_routine_changes(clock: Clock) -> None:
-    """A plain aiokafka consumer in the same process keeps aiokafka's heartbeats."""
-    worker, plain = Coordinator(["rebalancing"]), Coordinator(["rebalancing"])
-    class_routine = aiokafka_gc.GroupCoordinator._heartbeat_routine
-    second_round.start_prompt_heartbeats(worker)
-    assert "_heartbeat_routine" in vars(worker)
-    assert "_heartbeat_routine" not in vars(plain)
-    assert aiokafka_gc.GroupCoordinator._heartbeat_routine is class_routine
+async def test_aiokafkas_coordinator_keeps_its_own_heartbeats(clock: Clock) -> None:
+    """A plain aiokafka consumer in the same process keeps aiokafka's heartbeats: its class's
+    routine is aiokafka's, and has no prompt heartbeats to start."""
+    assert aiokafka_gc.GroupCoordinator._heartbeat_routine.__module__ == aiokafka_gc.__name__
+    assert not hasattr(aiokafka_gc.GroupCoordinator, "start_prompt_heartbeats")
+    worker = Coordinator(["rebalancing"])
+    worker.start_prompt_heartbeats()
     await worker._heartbeat_routine()
     assert worker.events == [
         "heartbeats started",

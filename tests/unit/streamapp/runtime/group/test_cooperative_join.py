@@ -1,21 +1,21 @@
 """The cooperative join (KIP-429) on aiokafka's coordinator: what the listener is told, when.
 
-aiokafka's own steps around the wrapped ones (the JoinGroup and SyncGroup requests, applying an
-assignment) are stand-ins here; what the broker does with them is tested on a real one in
-tests/integration/test_cooperative_rebalance.py.
+aiokafka's own steps under the overriding ones (its eager join prepare, applying an assignment)
+are stand-ins here, a base class below streamapp's in the coordinator's class; what the broker
+does with them is tested on a real one in tests/integration/test_cooperative_rebalance.py.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-import pytest
 from aiokafka.abc import ConsumerRebalanceListener
+from aiokafka.consumer.group_coordinator import GroupCoordinator
 from aiokafka.consumer.subscription_state import SubscriptionState
 from aiokafka.coordinator.protocol import ConsumerProtocolMemberAssignment
 from aiokafka.structs import TopicPartition as TP
 
-from streamapp.faust_compat import coordinator as compat
+from streamapp.runtime.group.cooperative import CooperativeJoin
 
 
 class Listener(ConsumerRebalanceListener):  # type: ignore[misc]
@@ -56,8 +56,10 @@ class MarkingAssignor(Assignor):
         self.incremental_join = incremental and not self.eager_pending
 
 
-class Coordinator:
-    """The attributes of aiokafka's GroupCoordinator the wrapped steps use."""
+class AiokafkaSteps(GroupCoordinator):  # type: ignore[misc]
+    """The attributes of aiokafka's GroupCoordinator the cooperative steps use, and aiokafka's
+    own join steps: an eager prepare revokes everything, a completion applies the assignment
+    and tells the listener."""
 
     def __init__(self, assignor: Assignor, owned: set[TP]) -> None:
         self._assignors = [assignor]
@@ -76,31 +78,29 @@ class Coordinator:
     def request_rejoin(self) -> None:
         self.rejoins += 1
 
-    def _start_heartbeat_task(self) -> None:  # second_round's prompt heartbeats
+    def _start_heartbeat_task(self) -> None:  # the prompt heartbeats
         return None
 
-
-@pytest.fixture(autouse=True)
-def _aiokafka_steps(monkeypatch: pytest.MonkeyPatch) -> None:
-    async def prepare(self: Coordinator, previous: Any) -> None:  # aiokafka's: revoke all
+    async def _on_join_prepare(self, previous: Any) -> None:  # aiokafka's: revoke all
         await self.listener.on_partitions_revoked(previous.tps if previous else set())
 
-    async def complete(self: Coordinator, _g: int, _m: str, _p: str, data: bytes) -> None:
+    async def _on_join_complete(self, _g: int, _m: str, _p: str, data: bytes) -> None:
         assignment = ConsumerProtocolMemberAssignment.decode(data)
         self._subscription.assign_from_subscribed(set(assignment.partitions()))
         await self.listener.on_partitions_assigned(self._subscription.assigned_partitions())
 
-    monkeypatch.setattr(compat, "_original_on_join_prepare", prepare)
-    monkeypatch.setattr(compat, "_original_on_join_complete", complete)
+
+class Coordinator(CooperativeJoin, AiokafkaSteps):
+    """streamapp's cooperative join over aiokafka's steps."""
 
 
 async def _join(coordinator: Coordinator, new: set[TP]) -> None:
     previous = coordinator._subscription.subscription.assignment
-    await compat._on_join_prepare(coordinator, previous)
+    await coordinator._on_join_prepare(previous)
     data = ConsumerProtocolMemberAssignment(
         0, [("t", sorted(tp.partition for tp in new))], b""
     ).encode()
-    await compat._on_join_complete(coordinator, 5, "m", "streamapp", data)
+    await coordinator._on_join_complete(5, "m", "streamapp", data)
 
 
 OWNED = {TP("t", 0), TP("t", 1), TP("t", 2)}
@@ -130,17 +130,19 @@ async def test_records_are_handed_out_during_a_cooperative_join_only() -> None:
     # go on being processed until the SyncGroup answers).
     seen: dict[str, bool] = {}
 
-    async def prepare(self: Coordinator, previous: Any) -> None:
-        self._subscription.begin_reassignment()  # what aiokafka's own prepare does first
-        await self.listener.on_partitions_revoked(previous.tps if previous else set())
+    class BeginningSteps(AiokafkaSteps):
+        async def _on_join_prepare(self, previous: Any) -> None:
+            self._subscription.begin_reassignment()  # what aiokafka's own prepare does first
+            await self.listener.on_partitions_revoked(previous.tps if previous else set())
+
+    class Beginning(CooperativeJoin, BeginningSteps):
+        pass
 
     for keeps in (True, False):
-        coordinator = Coordinator(Assignor(keeps=keeps), OWNED)
+        coordinator = Beginning(Assignor(keeps=keeps), OWNED)
         assert not coordinator._subscription.reassignment_in_progress
-        with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(compat, "_original_on_join_prepare", prepare)
-            previous = coordinator._subscription.subscription.assignment
-            await compat._on_join_prepare(coordinator, previous)
+        previous = coordinator._subscription.subscription.assignment
+        await coordinator._on_join_prepare(previous)
         seen["cooperative" if keeps else "eager"] = (
             coordinator._subscription.reassignment_in_progress
         )

@@ -1,27 +1,25 @@
-"""Static membership (KIP-345) for the worker's aiokafka consumer, made safe to stop and to fence.
+"""Static membership (KIP-345) for the worker's consumer, made safe to stop and to fence.
 
 A worker whose consumer has a ``group.instance.id`` (its client id, see
 `streamapp.worker.use_static_membership`) is a static member: restarted within the session
 timeout, it rejoins under that id and the broker hands it its old partitions back without a
 rebalance, where a dynamic member would have left the group waiting for its dead predecessor's
 session to time out. aiokafka 0.14 joins as one (JoinGroup v5, SyncGroup v3), and lacks two
-things this module adds, both on the consumer's own ``AIOKafkaClient`` (its ``send`` and
-``close``, wrapped on that one instance before the consumer starts, so nothing else in the
-process changes and no coordinator internals are overridden):
+things the coordinator here adds:
 
 1. **A stop hands the partitions over at once.** aiokafka never sends a static member's
    LeaveGroup (``GroupCoordinator._maybe_leave_group``: the Java consumer's default, which
    expects a static member back within the session timeout). A worker stopped for good
    (Ctrl-C, SIGTERM: scale-in, a deploy that moves it) would then hold its partitions for the
-   whole session timeout. Its consumer now sends, as it closes (after the coordinator stopped
-   heartbeating, before the connections close), a LeaveGroup v3 that names the member and its
-   instance (KIP-345's form; aiokafka defines LeaveGroup v0-v1 only, so v3 is defined here).
-   Kafka Streams offers the same on close (KIP-812, ``CloseOptions.leaveGroup``). A SIGKILL sends
-   nothing, which is the point: the restart takes the place back. With ``leave_group_on_stop``
-   off (`streamapp.settings`), a stop sends nothing either, as aiokafka and Kafka Streams by
-   default: a worker stopped and started again within the session timeout (a rolling restart)
-   then takes its place back with no rebalance of the others, and one that stays down holds
-   its partitions until its session times out.
+   whole session timeout. Its coordinator now sends, as it closes (after it stopped
+   heartbeating, before the consumer's connections close), a LeaveGroup v3 that names the
+   member and its instance (KIP-345's form; aiokafka defines LeaveGroup v0-v1 only, so v3 is
+   defined here). Kafka Streams offers the same on close (KIP-812, ``CloseOptions.leaveGroup``).
+   A SIGKILL sends nothing, which is the point: the restart takes the place back. With
+   ``leave_group_on_stop`` off (`streamapp.settings`), a stop sends nothing either, as aiokafka
+   and Kafka Streams by default: a worker stopped and started again within the session timeout
+   (a rolling restart) then takes its place back with no rebalance of the others, and one that
+   stays down holds its partitions until its session times out.
 
 2. **A worker whose instance id another worker took stops, once, with one line.** Two live
    workers with one client id (two data dirs given the same ``--client-id``; one data dir is
@@ -38,6 +36,14 @@ process changes and no coordinator internals are overridden):
 A worker cannot tell, as it starts, a live worker under its instance id from a crashed one whose
 session has not timed out yet (both are a member with that instance id to the broker), so it
 cannot refuse up front without refusing the restart after a crash that static membership is for.
+
+aiokafka internals (listed in `streamapp.runtime.group.PRIVATE_NAMES`):
+``GroupCoordinator._send_req`` (every request to the group's coordinator: a heartbeat sent as
+v3, the answers read), ``_maybe_leave_group`` (what aiokafka does as the coordinator closes:
+the LeaveGroup first), ``_closing``, ``_client`` (the LeaveGroup goes to the broker that took
+the join) and ``_group_instance_id``.
+Tests: tests/unit/streamapp/runtime/group/test_static_membership.py;
+tests/integration/test_static_membership.py.
 """
 
 from __future__ import annotations
@@ -50,6 +56,7 @@ from collections.abc import Callable
 from typing import Any
 
 from aiokafka.client import ConnectionGroup
+from aiokafka.consumer.group_coordinator import GroupCoordinator
 from aiokafka.protocol.api import Request, RequestStruct, Response
 from aiokafka.protocol.group import HeartbeatRequest, HeartbeatRequest_v0, HeartbeatRequest_v1
 from aiokafka.protocol.types import Array, Int16, Int32, Schema, String
@@ -176,55 +183,50 @@ def stop_fenced_worker(message: str) -> None:
     os.kill(os.getpid(), signal.SIGTERM)
 
 
-class StaticMember:
-    """The static-membership additions to one consumer's client (see the module docs)."""
+class StaticMembership(GroupCoordinator):  # type: ignore[misc]
+    """aiokafka's coordinator, whose static member leaves on a stop and stops once fenced
+    (see the module docs). A coordinator without a group instance id is aiokafka's."""
 
-    def __init__(
-        self,
-        client: Any,
-        group_id: str,
-        instance_id: str,
-        on_fenced: Callable[[str], None] = stop_fenced_worker,
-        *,
-        leave_on_stop: bool = True,
+    #: Whether a stop sends the LeaveGroup (``leave_group_on_stop``); set by the coordinator.
+    _leave_group_on_stop = True
+    #: The member id of the last JoinGroup that succeeded, and the broker that took it:
+    #: aiokafka's coordinator may have forgotten the broker (marked dead) by the time it closes.
+    _joined_as: tuple[str, int] | None = None
+    #: Whether the broker answered FENCED_INSTANCE_ID.
+    _fenced = False
+    #: Called once, with the line to exit with, when the broker fenced this member; None:
+    #: `stop_fenced_worker`.
+    _fenced_handler: Callable[[str], None] | None = None
+
+    def use_static_options(
+        self, *, leave_group_on_stop: bool, on_fenced: Callable[[str], None] | None
     ) -> None:
-        self.client = client
-        self.group_id = group_id
-        self.instance_id = instance_id
-        self.on_fenced = on_fenced
-        self.leave_on_stop = leave_on_stop
-        #: The member id of the last JoinGroup that succeeded, and the coordinator that took it:
-        #: aiokafka's coordinator forgets both as it closes, before the LeaveGroup goes out.
-        self.member_id: str | None = None
-        self.coordinator_id: int | None = None
-        self.fenced = False
-        self._send = client.send
-        self._close = client.close
-        client.send = self.send
-        client.close = self.close
+        """What a stop does (LeaveGroup or not), and what a fencing does (by default: stop
+        this worker, `stop_fenced_worker`)."""
+        self._leave_group_on_stop = leave_group_on_stop
+        self._fenced_handler = on_fenced
 
-    async def send(
-        self, node_id: int, request: Any, *, group: ConnectionGroup = ConnectionGroup.DEFAULT
-    ) -> Any:
+    async def _send_req(self, request: Any) -> Any:
         api_key = getattr(request, "API_KEY", None)
-        if api_key not in _NAMES_THE_INSTANCE:
-            return await self._send(node_id, request, group=group)
+        instance_id = self._group_instance_id
+        if instance_id is None or api_key not in _NAMES_THE_INSTANCE:
+            return await super()._send_req(request)
         if isinstance(request, HeartbeatRequest):
             # aiokafka's builder keeps its fields to itself; its v1 struct names them.
             fields = request.prepare({HEARTBEAT: (1, 1)})
             request = StaticHeartbeatRequest(
-                fields.group, fields.generation_id, fields.member_id, self.instance_id
+                fields.group, fields.generation_id, fields.member_id, instance_id
             )
-        response = await self._send(node_id, request, group=group)
+        node_id = self.coordinator_id
+        response = await super()._send_req(request)
         if api_key == JOIN_GROUP and response.error_code == 0:
-            self.member_id = response.member_id
-            self.coordinator_id = node_id
+            self._joined_as = (response.member_id, node_id)
         if response.error_code == FENCED_INSTANCE_ID:
-            if not self.fenced:
-                self.fenced = True
-                self.on_fenced(
+            if not self._fenced:
+                self._fenced = True
+                (self._fenced_handler or stop_fenced_worker)(
                     f"fenced: another worker joined group {self.group_id!r} as group.instance.id "
-                    f"{self.instance_id!r} (this worker's client id) and took its place, so this "
+                    f"{instance_id!r} (this worker's client id) and took its place, so this "
                     "worker stopped; give each worker its own --client-id (two data dirs were "
                     "given the same one?)"
                 )
@@ -236,21 +238,39 @@ class StaticMember:
                 response.error_code = 0
         return response
 
-    async def leave(self) -> None:
-        """Leave the group now, naming the instance, so its partitions go to the others."""
-        if self.member_id is None or self.coordinator_id is None or self.fenced:
+    async def _maybe_leave_group(self) -> None:
+        # aiokafka calls this as the coordinator closes (and when the consumer was idle past
+        # its max poll interval, where a static member sends nothing, as before).
+        if self._group_instance_id is not None and self._closing.done():
+            await self._stop_membership(self._group_instance_id)
+        await super()._maybe_leave_group()
+
+    async def _stop_membership(self, instance_id: str) -> None:
+        """Leave the group, or say why not (``leave_group_on_stop`` off), once."""
+        joined, self._joined_as = self._joined_as, None
+        if joined is None or self._fenced:
             return  # never joined, or its place is another worker's now
-        request = StaticLeaveGroupRequest(self.group_id, [(self.member_id, self.instance_id)])
+        if not self._leave_group_on_stop:
+            logger.info(
+                "streamapp: static member %s stopped without leaving the group "
+                "(leave_group_on_stop off): started again within the session timeout, it "
+                "takes its partitions back with no rebalance; otherwise they move once "
+                "its session times out",
+                instance_id,
+            )
+            return
+        member_id, node_id = joined
+        request = StaticLeaveGroupRequest(self.group_id, [(member_id, instance_id)])
         try:
             response = await asyncio.wait_for(
-                self._send(self.coordinator_id, request, group=ConnectionGroup.COORDINATION),
+                self._client.send(node_id, request, group=ConnectionGroup.COORDINATION),
                 LEAVE_TIMEOUT_S,
             )
         except Exception as exc:  # a stop goes on: the session timeout ends the membership
             logger.warning(
                 "streamapp: LeaveGroup of static member %s failed (%r): its partitions move "
                 "once its session times out",
-                self.instance_id,
+                instance_id,
                 exc,
             )
             return
@@ -259,39 +279,8 @@ class StaticMember:
             logger.warning(
                 "streamapp: LeaveGroup of static member %s refused (error codes %s): its "
                 "partitions move once its session times out",
-                self.instance_id,
+                instance_id,
                 errors,
             )
         else:
-            logger.info("streamapp: static member %s left the group", self.instance_id)
-        self.member_id = None
-
-    async def close(self) -> None:
-        # aiokafka closes its client last as the consumer stops: the coordinator has stopped
-        # heartbeating (nothing rejoins behind the LeaveGroup) and its connection is still up.
-        try:
-            if self.leave_on_stop:
-                await self.leave()
-            elif self.member_id is not None and not self.fenced:
-                logger.info(
-                    "streamapp: static member %s stopped without leaving the group "
-                    "(leave_group_on_stop off): started again within the session timeout, it "
-                    "takes its partitions back with no rebalance; otherwise they move once "
-                    "its session times out",
-                    self.instance_id,
-                )
-                self.member_id = None
-        finally:
-            await self._close()
-
-
-def install(
-    consumer: Any, group_id: str, instance_id: str, *, leave_on_stop: bool = True
-) -> StaticMember:
-    """Make a worker's AIOKafkaConsumer, not started yet, leave on close (unless
-    ``leave_on_stop`` is off) and stop once fenced.
-
-    The consumer's client (``AIOKafkaConsumer._client``) is created with the consumer, and its
-    coordinator sends every group request through it.
-    """
-    return StaticMember(consumer._client, group_id, instance_id, leave_on_stop=leave_on_stop)
+            logger.info("streamapp: static member %s left the group", instance_id)

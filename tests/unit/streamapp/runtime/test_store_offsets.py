@@ -1,5 +1,5 @@
 """The offsets of the stores a worker has open, noted as they are opened and written (a real
-Store on disk, no broker; see `streamapp.faust_compat.store_offsets`)."""
+store on disk, no broker; see `streamapp.runtime.store_handles`)."""
 
 from __future__ import annotations
 
@@ -12,13 +12,13 @@ import pytest
 from faust.types import TP
 
 import streamapp
-from streamapp.faust_compat import store_offsets, store_revoke
+from streamapp.runtime.stores import open_offsets, store_of
 from tables.inventory import LocalStateInventory, read_persisted_offset
 
 
 @pytest.fixture
 def table(tmp_path: Path) -> Any:
-    app = streamapp.App("offsets-test", datadir=str(tmp_path))  # installs store_offsets
+    app = streamapp.App("offsets-test", datadir=str(tmp_path))
     return app.Table("counts", partitions=4)
 
 
@@ -46,40 +46,43 @@ def _inventory(table: Any) -> LocalStateInventory:
 
 def test_an_open_store_reports_what_was_last_written_to_it(table: Any) -> None:
     store = table.data
-    store._db_for_partition(0)  # opened, nothing applied yet
+    store.handle(0)  # opened, nothing applied yet
     store.set_persisted_offset(_changelog(table, 1), 41)
-    assert store_offsets.open_offsets([table]) == {("counts", 0): None, ("counts", 1): 41}
+    assert open_offsets([table]) == {("counts", 0): None, ("counts", 1): 41}
     store.set_persisted_offset(_changelog(table, 1), 57)
-    assert store_offsets.open_offsets([table]) == {("counts", 0): None, ("counts", 1): 57}
+    assert open_offsets([table]) == {("counts", 0): None, ("counts", 1): 57}
+    store.write(2, {b"k": b"v"}, offset=60)  # data and offset in one write batch
+    assert open_offsets([table]) == {("counts", 0): None, ("counts", 1): 57, ("counts", 2): 60}
     # What a read-only open of the store finds, beside the open handle.
     assert read_persisted_offset(store.partition_path(1)) == 57
+    assert read_persisted_offset(store.partition_path(2)) == 60
 
 
 def test_a_store_opened_again_reports_what_it_holds_on_disk(table: Any) -> None:
     store = table.data
     store.set_persisted_offset(_changelog(table, 2), 9)
     store.revoke_partitions(table, {_changelog(table, 2)})
-    assert store_offsets.open_offsets([table]) == {}  # closed: the inventory reads its disk
+    assert open_offsets([table]) == {}  # closed: the inventory reads its disk
     assert store.persisted_offset(_changelog(table, 2)) == 9  # opens it again
-    assert store_offsets.open_offsets([table]) == {("counts", 2): 9}
+    assert open_offsets([table]) == {("counts", 2): 9}
 
 
-def test_a_handle_not_opened_through_the_store_reports_nothing(table: Any) -> None:
+def test_the_offset_noted_goes_with_its_handle(table: Any) -> None:
     store = table.data
     store.set_persisted_offset(_changelog(table, 3), 5)
-    store._dbs[3] = store._dbs.pop(3)  # the same handle: still noted
-    assert store_offsets.open_offsets([table]) == {("counts", 3): 5}
-    store._dbs[3] = object()  # another one, put there without an open
-    assert store_offsets.open_offsets([table]) == {}
+    store.close_partition(3)  # closed and forgotten (a damaged store set aside)
+    assert open_offsets([table]) == {}
+    store.handle(3)  # opened again: the offset it holds, read as it opens
+    assert open_offsets([table]) == {("counts", 3): 5}
 
 
-def test_the_offsets_noted_keep_no_handle_open(table: Any, no_collector: None) -> None:
-    # Faust's stop and reset_state drop the handles and count on that to close them.
+async def test_the_offsets_noted_keep_no_handle_open(table: Any, no_collector: None) -> None:
+    # A stopped store closes its handles: the next open finds the store unlocked.
     store = table.data
     store.set_persisted_offset(_changelog(table, 1), 3)
-    store._dbs.clear()
-    assert store_offsets.open_offsets([table]) == {}
-    reopened = store._open_for_partition(1)  # would find the store locked if a handle lived
+    await store.on_stop()
+    assert open_offsets([table]) == {}
+    reopened = store.handle(1)  # would find the store locked if a handle lived
     assert reopened.get(store.offset_key) == b"3"
 
 
@@ -91,7 +94,7 @@ def test_the_inventory_opens_only_the_stores_not_open_here(
     store.set_persisted_offset(_changelog(table, 1), 20)
     store.set_persisted_offset(_changelog(table, 2), 30)
     store.revoke_partitions(table, {_changelog(table, 2)})  # kept on disk, closed here
-    for future in list(store_revoke.closing(store).values()):
+    for future in store.handles.closes_under_way():
         future.result()
     read: list[Path] = []
 
@@ -101,7 +104,7 @@ def test_the_inventory_opens_only_the_stores_not_open_here(
 
     monkeypatch.setattr("tables.inventory.read_persisted_offset", reading)
     changelog = table.changelog_topic.get_topic_name()
-    assert _inventory(table).offsets(known=store_offsets.open_offsets([table])) == {
+    assert _inventory(table).offsets(known=open_offsets([table])) == {
         changelog: {0: 11, 1: 21, 2: 31}
     }
     assert [path.name for path in read] == ["counts-2.db"]
@@ -110,5 +113,6 @@ def test_the_inventory_opens_only_the_stores_not_open_here(
 def test_a_table_whose_store_is_not_created_has_none_open_and_gets_none(tmp_path: Path) -> None:
     app = streamapp.App("offsets-test-unstarted", datadir=str(tmp_path))
     table = app.Table("counts", partitions=4)
-    assert store_offsets.open_offsets([table]) == {}
+    assert open_offsets([table]) == {}
+    assert store_of(table) is None
     assert vars(table).get("_data") is None  # not created on the caller's (consumer) thread

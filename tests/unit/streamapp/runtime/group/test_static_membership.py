@@ -1,7 +1,9 @@
-"""streamapp.faust_compat.static_membership on a fake client: what goes out, what comes back.
+"""Static membership on streamapp's coordinator, over a fake client: what goes out, what comes
+back.
 
 The broker's side (a restart without a rebalance, a LeaveGroup it accepts, a fencing) is in
-tests/integration/test_static_membership.py; here, the requests built and the decisions made.
+tests/integration/test_static_membership.py; here, the requests built and the decisions made,
+by the coordinator a worker's consumer builds (`Coordinator`), its aiokafka steps its own.
 """
 
 from __future__ import annotations
@@ -12,29 +14,35 @@ from typing import Any
 import faust
 import pytest
 from aiokafka.client import ConnectionGroup
+from aiokafka.cluster import ClusterMetadata
+from aiokafka.consumer.subscription_state import SubscriptionState
 from aiokafka.protocol.group import HeartbeatRequest, JoinGroupRequest, JoinGroupResponse_v5
 from aiokafka.protocol.metadata import MetadataRequest
 
-from streamapp.faust_compat import static_membership
-from streamapp.faust_compat.static_membership import (
+from streamapp.runtime.group import static_membership
+from streamapp.runtime.group.consumer import WorkerConsumer
+from streamapp.runtime.group.coordinator import Coordinator
+from streamapp.runtime.group.static_membership import (
     FENCED_INSTANCE_ID,
     HeartbeatRequest_v3,
     HeartbeatResponse_v3,
     LeaveGroupRequest_v3,
     LeaveGroupResponse_v3,
-    StaticMember,
 )
 from streamapp.settings import StreamappSettings
 from streamapp.worker import use_static_membership
 
 #: What the broker takes, as its ApiVersions answer gives it (Kafka 3.9).
 BROKER_VERSIONS = {11: (0, 9), 12: (0, 4), 13: (0, 5), 14: (0, 5), 3: (0, 12)}
+#: The broker that coordinates the group.
+NODE = 3
 
 
 class FakeClient:
     """An AIOKafkaClient's send and close: records the structs sent, answers from a script."""
 
     def __init__(self) -> None:
+        self.cluster = ClusterMetadata()
         self.sent: list[tuple[int, Any, ConnectionGroup]] = []
         self.answers: dict[int, Any] = {}
         self.closed = False
@@ -42,6 +50,7 @@ class FakeClient:
     async def send(
         self, node_id: int, request: Any, *, group: ConnectionGroup = ConnectionGroup.DEFAULT
     ) -> Any:
+        assert not self.closed, "sent after the client closed"
         struct = request.prepare(BROKER_VERSIONS)
         self.sent.append((node_id, struct, group))
         return self.answers[struct.API_KEY]
@@ -54,47 +63,76 @@ def _joined(member_id: str = "w1-abc") -> JoinGroupResponse_v5:
     return JoinGroupResponse_v5(0, 0, 7, "streamapp", "w2-def", member_id, [])
 
 
-def _member(client: FakeClient) -> tuple[StaticMember, list[str]]:
+def _member(client: FakeClient, **options: Any) -> tuple[Coordinator, list[str]]:
+    """A static member's coordinator of group myapp, instance w1, its broker known."""
     fenced: list[str] = []
-    return StaticMember(client, "myapp", "w1", on_fenced=fenced.append), fenced
+    coordinator = Coordinator(
+        client,
+        SubscriptionState(),
+        group_id="myapp",
+        group_instance_id="w1",
+        on_fenced=fenced.append,
+        **options,
+    )
+    coordinator.coordinator_id = NODE
+    return coordinator, fenced
+
+
+async def _join(coordinator: Coordinator, client: FakeClient) -> None:
+    client.answers[11] = _joined()
+    await coordinator._send_req(JoinGroupRequest("myapp", 30000, 60000, "", "w1", "consumer", []))
 
 
 async def test_a_heartbeat_names_the_instance() -> None:
     client = FakeClient()
     member, _ = _member(client)
     client.answers[12] = HeartbeatResponse_v3(0, 0)
-    await client.send(3, HeartbeatRequest("myapp", 7, "w1-abc"), group=ConnectionGroup.COORDINATION)
+    await member._send_req(HeartbeatRequest("myapp", 7, "w1-abc"))
     (node, struct, group) = client.sent[0]
     assert isinstance(struct, HeartbeatRequest_v3)
     assert (struct.group, struct.generation_id, struct.member_id) == ("myapp", 7, "w1-abc")
     assert struct.group_instance_id == "w1"
-    assert (node, group) == (3, ConnectionGroup.COORDINATION)
-    assert member.fenced is False
+    assert (node, group) == (NODE, ConnectionGroup.COORDINATION)
+    assert member._fenced is False
+    await member.close()
 
 
 async def test_other_requests_go_out_untouched() -> None:
     client = FakeClient()
-    _member(client)
+    member, _ = _member(client)
     client.answers[3] = "metadata"
-    assert await client.send(1, MetadataRequest(["t"])) == "metadata"
+    assert await member._send_req(MetadataRequest(["t"])) == "metadata"
     assert client.sent[0][1].API_KEY == 3
+    await member.close()
+
+
+async def test_a_dynamic_member_s_heartbeat_is_aiokafkas() -> None:
+    client = FakeClient()
+    member = Coordinator(client, SubscriptionState(), group_id="myapp")
+    member.coordinator_id = NODE
+    client.answers[12] = HeartbeatResponse_v3(0, 0)
+    await member._send_req(HeartbeatRequest("myapp", 7, "m-1"))
+    assert not isinstance(client.sent[0][1], HeartbeatRequest_v3)
+    await member.close()
 
 
 async def test_a_stop_leaves_naming_member_and_instance_then_closes() -> None:
     client = FakeClient()
+    consumer = WorkerConsumer(group_id="myapp", group_instance_id="w1")
     member, _ = _member(client)
-    client.answers[11] = _joined()
-    request = JoinGroupRequest("myapp", 30000, 60000, "", "w1", "consumer", [])
-    await client.send(3, request, group=ConnectionGroup.COORDINATION)
+    # The consumer's own parts, as its start would have built them: the coordinator, over
+    # the client whose connections close last.
+    consumer._client, consumer._coordinator = client, member
+    await _join(member, client)
     client.answers[13] = LeaveGroupResponse_v3(0, 0, [("w1-abc", "w1", 0)])
-    await client.close()
+    await consumer.stop()  # FakeClient refuses a send after its close
     node, struct, group = client.sent[-1]
     assert isinstance(struct, LeaveGroupRequest_v3)
     assert (struct.group, struct.members) == ("myapp", [("w1-abc", "w1")])
-    assert (node, group) == (3, ConnectionGroup.COORDINATION)
+    assert (node, group) == (NODE, ConnectionGroup.COORDINATION)
     assert client.closed
-    assert member.member_id is None  # left: a second close sends nothing more
-    await client.close()
+    assert member._joined_as is None  # left: a second close sends nothing more
+    await member.close()
     assert len(client.sent) == 2
 
 
@@ -104,14 +142,11 @@ async def test_a_stop_without_leave_group_on_stop_sends_nothing_and_closes(
     """Its place stays the worker's for the session timeout: a rolling restart within it
     causes no rebalance of the others."""
     client = FakeClient()
-    StaticMember(client, "myapp", "w1", leave_on_stop=False)
-    client.answers[11] = _joined()
-    request = JoinGroupRequest("myapp", 30000, 60000, "", "w1", "consumer", [])
-    await client.send(3, request, group=ConnectionGroup.COORDINATION)
+    member, _ = _member(client, leave_group_on_stop=False)
+    await _join(member, client)
     caplog.set_level("INFO", logger=static_membership.__name__)
-    await client.close()
+    await member.close()
     assert [struct.API_KEY for _, struct, _ in client.sent] == [11]  # the join only
-    assert client.closed
     assert "static member w1 stopped without leaving the group" in caplog.text
 
 
@@ -129,35 +164,34 @@ async def test_no_leave_before_a_join_and_a_refused_one_still_closes(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     client = FakeClient()
-    _member(client)
-    await client.close()
-    assert client.sent == [] and client.closed
+    member, _ = _member(client)
+    await member.close()
+    assert client.sent == []
 
     client = FakeClient()
-    _member(client)
-    client.answers[11] = _joined()
-    await client.send(3, JoinGroupRequest("myapp", 30000, 60000, "", "w1", "consumer", []))
+    member, _ = _member(client)
+    await _join(member, client)
     client.answers[13] = LeaveGroupResponse_v3(0, 0, [("w1-abc", "w1", 25)])  # unknown member
-    await client.close()
-    assert client.closed
+    await member.close()
+    assert member._closing.done()
     assert "refused (error codes [0, 25])" in caplog.text
 
 
 async def test_a_fenced_answer_stops_once_and_sends_no_leave() -> None:
     client = FakeClient()
     member, fenced = _member(client)
-    client.answers[11] = _joined()
-    await client.send(3, JoinGroupRequest("myapp", 30000, 60000, "", "w1", "consumer", []))
+    await _join(member, client)
     client.answers[12] = HeartbeatResponse_v3(0, FENCED_INSTANCE_ID)
     for _ in range(3):
-        await client.send(3, HeartbeatRequest("myapp", 7, "w1-abc"))
+        answer = await member._send_req(HeartbeatRequest("myapp", 7, "w1-abc"))
+        assert answer.error_code == 0  # the heartbeat task is told nothing is wrong
     assert len(fenced) == 1
     assert fenced[0].startswith("fenced: another worker joined group 'myapp' as group.instance.id")
     assert "--client-id" in fenced[0] and "\n" not in fenced[0]
     sent = len(client.sent)
-    await client.close()
-    assert len(client.sent) == sent and client.closed  # its place is another worker's now
-    assert member.fenced
+    await member.close()
+    assert len(client.sent) == sent  # its place is another worker's now
+    assert member._fenced
 
 
 def test_the_instance_id_is_the_client_id_unless_the_app_sets_one() -> None:

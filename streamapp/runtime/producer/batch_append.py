@@ -36,19 +36,19 @@ Whatever is unusual takes aiokafka's own ``send`` for that record (the errors, t
 full batch to drain, ``maybe_add_partition_to_txn`` for a new batch, the checks, stay its):
 no open batch for the partition, a full or closed batch (its ``append`` refused the record),
 the accumulator closed or holding the sender's fatal error, a transactional producer not in a
-transaction, the topic or partition not in the producer's metadata (streamapp's
-``producer_wait`` then waits for it), a producer with key or value serializers, and a record
-that may be larger than ``max_request_size`` (``send`` raises for it). After a ``send`` that
-waited, the conditions are checked again (the event loop ran meanwhile). A producer whose
-class has a ``send`` of its own (a subclass overriding aiokafka's) gets every record through
-it.
+transaction, the topic or partition not in the producer's metadata (a `WorkerProducer`'s
+``send`` then waits for it, `streamapp.runtime.producer.partition_wait`), a producer with key or
+value serializers, and a record that may be larger than ``max_request_size`` (``send`` raises
+for it). After a ``send`` that waited, the conditions are checked again (the event loop ran
+meanwhile). A producer whose class has a ``send`` of its own other than aiokafka's or
+`WorkerProducer`'s (a subclass overriding them) gets every record through it.
 
-aiokafka private names this relies on (checked at import, `streamapp.faust_compat.PRIVATE_NAMES`;
-named in this module only): ``AIOKafkaProducer._message_accumulator``, ``_txn_manager``,
-``_key_serializer``, ``_value_serializer`` and ``_max_request_size`` (what ``send`` reads),
-``_partition`` (the partition ``send`` picks for a record that names none),
-``MessageAccumulator._batches``, ``_closed`` and ``_exception`` (the open batches and what
-``add_message`` checks), ``MessageBatch._builder`` (the builder its ``append`` appends to).
+aiokafka internals this relies on (`streamapp.runtime.producer.PRIVATE_NAMES`):
+``AIOKafkaProducer._message_accumulator``, ``_txn_manager``, ``_key_serializer``,
+``_value_serializer`` and ``_max_request_size`` (what ``send`` reads), ``_partition`` (the
+partition ``send`` picks for a record that names none), ``MessageAccumulator._batches``,
+``_closed`` and ``_exception`` (the open batches and what ``add_message`` checks),
+``MessageBatch._builder`` (the builder its ``append`` appends to).
 aiokafka has no public call that appends to a partition's open batch without a future (its
 ``send_batch`` queues a batch of its own, after the partition's previous one is drained: a wait
 per agent batch). Delete this module when aiokafka has one, or when a future per record no
@@ -64,6 +64,8 @@ from typing import Any, cast
 
 import aiokafka
 from aiokafka.structs import TopicPartition
+
+from streamapp.runtime.producer.client import WorkerProducer
 
 #: (owner, topic, partition, key, value): a table's changelog record (the table, its changelog
 #: topic and partition, the key, the value or None for a deletion), or an output record (its
@@ -87,6 +89,10 @@ _HEADROOM = 128
 #: What ``send`` appends without headers (read only: the builder iterates it).
 _NO_HEADERS: list[tuple[str, bytes]] = []
 
+#: The ``send`` methods whose records may skip them: aiokafka's, and `WorkerProducer`'s (which
+#: only waits for a partition missing from the metadata first, where `_open_batch` finds none).
+_APPENDING_SENDS = (aiokafka.AIOKafkaProducer.send, WorkerProducer.send)
+
 
 async def send(
     producer: aiokafka.AIOKafkaProducer, records: Sequence[Record]
@@ -101,7 +107,7 @@ async def send(
     #: (table, partition) -> what its other records' delivery is known by: the futures of the
     #: batches they were appended to, and those ``send`` gave them.
     others: dict[tuple[Any, int], list[asyncio.Future[Any]]] = {}
-    if type(producer).send is not aiokafka.AIOKafkaProducer.send:
+    if type(producer).send not in _APPENDING_SENDS:
         # A send of its own (a subclass's override, a stand-in): it is called for every record.
         for i, (table, topic, partition, key, value) in enumerate(placed):
             fut = await producer.send(topic, value, key=key, partition=partition)
@@ -205,7 +211,7 @@ def _open_batch(producer: aiokafka.AIOKafkaProducer, topic: str, partition: int)
     and ``send`` would get that far without waiting."""
     partitions = producer.client.cluster.partitions_for_topic(topic)
     if partitions is None or partition not in partitions:
-        return None  # ``send`` waits for the metadata (``producer_wait``) or raises
+        return None  # ``send`` waits for the metadata (`WorkerProducer`) or raises
     queue = producer._message_accumulator._batches.get(TopicPartition(topic, partition))
     # None or empty: ``add_message`` makes a batch (and adds the partition to the transaction).
     return queue[-1] if queue else None

@@ -3,8 +3,8 @@
 Under the cooperative protocol a member keeps committing through a join; a commit sent under
 generation N that the broker refuses after the JoinGroup answer gave the member generation N+1
 must leave N+1 (and the member id) alone, as Java's ConsumerCoordinator does. aiokafka reset
-both, and the member rejoined once more for nothing. aiokafka's own coordinator runs here, from
-`commit_offsets` down; only the broker's answer is a stand-in.
+both, and the member rejoined once more for nothing. streamapp's coordinator runs here, aiokafka's
+own steps from `commit_offsets` down; only the broker's answer is a stand-in.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from aiokafka.consumer.group_coordinator import GroupCoordinator
 from aiokafka.structs import OffsetAndMetadata
 from aiokafka.structs import TopicPartition as TP
 
-from streamapp.faust_compat import coordinator as compat
+from streamapp.runtime.group.coordinator import Coordinator
 
 ILLEGAL_GENERATION = kafka_errors.IllegalGenerationError.errno
 UNKNOWN_MEMBER = kafka_errors.UnknownMemberIdError.errno
@@ -30,11 +30,10 @@ class Answer:
 
 
 def coordinator(answer: int, *, joined_meanwhile: bool) -> GroupCoordinator:
-    """aiokafka's GroupCoordinator at generation 5, whose broker answers a commit with
-    ``answer``; with ``joined_meanwhile``, the next JoinGroup answer (generation 6) arrives
-    while the commit is in flight."""
-    compat.install()
-    c: Any = GroupCoordinator.__new__(GroupCoordinator)
+    """streamapp's coordinator at generation 5, whose broker answers a commit with ``answer``;
+    with ``joined_meanwhile``, the next JoinGroup answer (generation 6) arrives while the commit
+    is in flight."""
+    c: Any = Coordinator.__new__(Coordinator)
     c.group_id, c.generation, c.member_id, c.coordinator_id = "g", 5, "m-1", 0
     c._commit_lock = asyncio.Lock()
     c._retry_backoff_ms = 10
@@ -81,5 +80,15 @@ async def test_a_commit_refused_for_the_generation_it_still_has_resets_it() -> N
 async def test_a_reset_outside_a_commit_is_aiokafkas() -> None:
     c: Any = coordinator(ILLEGAL_GENERATION, joined_meanwhile=False)
     c.reset_generation()  # e.g. a heartbeat's answer
+    assert (c.generation, c.member_id) == (-1, "")
+    assert c._rejoin_needed_fut.done()
+
+
+async def test_aiokafkas_coordinator_resets_the_newer_generation_as_it_did() -> None:
+    """aiokafka's own class is left as it is: a plain consumer's refused commit still resets."""
+    c: Any = coordinator(ILLEGAL_GENERATION, joined_meanwhile=True)
+    c.__class__ = GroupCoordinator
+    with pytest.raises(kafka_errors.CommitFailedError):
+        await c.commit_offsets(None, OFFSETS)
     assert (c.generation, c.member_id) == (-1, "")
     assert c._rejoin_needed_fut.done()
