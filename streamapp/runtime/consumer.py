@@ -80,7 +80,7 @@ class Consumer(Service, ConsumerT):
         self.flow_active = True
         self.topics: set[str] = set()
         self._ack_waiter: asyncio.Future[None] | None = None
-        self._partitioner = DefaultPartitioner()
+        self.key_partitioner = DefaultPartitioner()
         super().__init__(loop=loop, **kwargs)
         create_transaction_manager = self.transport.create_transaction_manager  # type: ignore[attr-defined]
         self.transactions = create_transaction_manager(
@@ -301,7 +301,7 @@ class Consumer(Service, ConsumerT):
                 raise ValueError(f"{topic} has no partition {partition}")
             return partition
         every = list(range(count))
-        return int(self._partitioner(key, every, every))
+        return int(self.key_partitioner(key, every, every))
 
     def paused_streams(self) -> set[TP]:
         """Stream partitions of the assignment not processed now: paused, or held while the

@@ -17,12 +17,12 @@ from typing import Any
 
 import aiokafka
 from faust.transport.drivers import aiokafka as faust_aiokafka
-from faust.transport.drivers.aiokafka import Producer
 from faust.types import AppT
 from mode import Service
 from yarl import URL
 
 from streamapp.faust_compat import sends
+from streamapp.faust_compat.worker_clients import Producer
 from streamapp.runtime.consumer import Consumer
 
 #: The URL scheme of brokers served by this driver (the entry point's name).

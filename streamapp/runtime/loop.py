@@ -116,6 +116,11 @@ class FetchLoop:
 
     async def close(self) -> None:
         await self.stop_fetching()
+        # The leader's metadata refreshes of topics a plan left out run through this consumer:
+        # they end before it stops.
+        stop_refreshes = getattr(self.app.assignor, "on_consumer_thread_stop", None)
+        if stop_refreshes is not None:
+            await stop_refreshes()
         client, self.client = self.client, None
         if client is not None:
             await client.stop()

@@ -84,8 +84,6 @@ class OffsetLedger(Generic[Partition]):
             return True
         if offset in redo.offsets:
             redo.offsets.discard(offset)
-            if not redo.offsets:
-                ledger.redo = None
             return True
         return False
 

@@ -62,7 +62,7 @@ class TableManager(Service, TableManagerT, FastUserDict[str, CollectionT]):
         #: exactly_once: persisted once the transaction that carried it commits.
         self.pending_offsets: dict[TP, tuple[StoreT[Any, Any], int]] = {}
         self._registered = asyncio.Event()
-        self._finalized = False
+        self.tables_final = False
         self._restore_pending = False
 
     # -- the tables --------------------------------------------------------------------------
@@ -71,7 +71,7 @@ class TableManager(Service, TableManagerT, FastUserDict[str, CollectionT]):
         return object.__hash__(self)
 
     def add(self, table: CollectionT) -> CollectionT:
-        if self._finalized:
+        if self.tables_final:
             raise RuntimeError("Too late to add tables at this point")
         assert table.name is not None
         if table.name in self:
@@ -93,7 +93,7 @@ class TableManager(Service, TableManagerT, FastUserDict[str, CollectionT]):
         await self.sleep(1.0)
         if self.should_stop:
             return
-        self._finalized = True
+        self.tables_final = True
         for table in self.values():
             # The conductor subscribes to (and declares) every channel it holds: the changelog
             # topics too. The fetch loop gives their records to this manager, not to streams.
@@ -172,7 +172,7 @@ class TableManager(Service, TableManagerT, FastUserDict[str, CollectionT]):
         generation_id: int = 0,
     ) -> None:
         """Open the assignment's stores and decide what is replayed from where."""
-        self._finalized = True
+        self.tables_final = True
         changelogs = self.by_changelog
         # Offsets still waiting for a commit of partitions no longer held: that commit never
         # comes from this worker.

@@ -16,7 +16,7 @@ from typing import Any
 
 from streamapp import App
 from streamapp.batches import batches
-from streamapp.faust_compat.transport import Consumer
+from streamapp.runtime.consumer import Consumer
 
 APP_ID = os.environ.get("BATCH_APP_ID", "it-batch")
 GUARANTEE = os.environ.get("BATCH_GUARANTEE", "exactly_once")
@@ -62,6 +62,6 @@ async def count_events(stream: Any) -> None:
 @app.page("/counts/")
 async def get_counts(web: Any, request: Any) -> Any:
     consumer = app.consumer
-    # Records the fetch loop handed out a partition at a time (transport fix 28).
-    by_partition = consumer.handed_out_by_partition if isinstance(consumer, Consumer) else 0
+    # Records the fetch loop handed out a partition at a time.
+    by_partition = consumer.fetch_loop.handed_out if isinstance(consumer, Consumer) else 0
     return web.json({"counts": dict(counts.items()), "by_partition": by_partition, **processed})

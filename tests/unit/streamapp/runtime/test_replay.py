@@ -1,0 +1,83 @@
+"""What a worker replays and when a restore is over (`streamapp.runtime.replay`)."""
+
+from __future__ import annotations
+
+from faust.types import TP
+
+from streamapp.runtime.replay import Recovery
+
+A = TP("t-changelog", 0)
+B = TP("t-changelog", 1)
+S = TP("t-changelog", 2)
+
+
+def test_a_restore_is_over_once_every_partition_reached_its_end() -> None:
+    recovery = Recovery()
+    recovery.begin({A: 10, B: 5}, {A: 3, B: -1})
+    assert recovery.in_recovery
+    assert recovery.active_remaining() == {A: 6, B: 5}
+    assert recovery.partitions_to_read() == {A, B}
+    recovery.applied(A, 9)
+    assert recovery.reached(A, 10)
+    assert recovery.done() is None  # B is still short of its end
+    assert not recovery.reached(B, 4)
+    recovery.applied(B, 4)
+    assert recovery.reached(B, 5)
+    restore = recovery.done()
+    assert restore is not None and restore.partitions == {A, B}
+    assert restore.ended_past_records == {}
+    assert not recovery.in_recovery
+    assert recovery.settled == {A, B}
+    assert recovery.partitions_to_read() == set()  # restored actives are not read on
+
+
+def test_an_end_past_the_last_record_is_reached_on_the_position() -> None:
+    """Under exactly_once the end is the last stable offset, and the offset below it a commit
+    marker that never comes as a record: the position says the replay is over."""
+    recovery = Recovery()
+    recovery.begin({A: 12}, {A: -1})
+    recovery.applied(A, 10)  # the last record; 11 is a marker
+    assert recovery.reached(A, 12)
+    restore = recovery.done()
+    assert restore is not None and restore.ended_past_records == {A: 12}
+    assert recovery.active_offsets[A] == 11
+
+
+def test_nothing_to_restore_is_over_at_once() -> None:
+    recovery = Recovery()
+    recovery.begin({}, {})
+    restore = recovery.done()
+    assert restore is not None and restore.partitions == set()
+
+
+def test_standbys_are_read_for_as_long_as_they_are_assigned() -> None:
+    recovery = Recovery()
+    recovery.standby_tps.add(S)
+    recovery.standby_offsets[S] = 4
+    recovery.applied(S, 9)
+    assert recovery.standby_offsets[S] == 9
+    assert recovery.partitions_to_read() == {S}
+    recovery.forget([S])
+    assert recovery.partitions_to_read() == set()
+    assert S not in recovery.standby_offsets
+
+
+def test_a_global_tables_partitions_are_read_on_after_their_restore() -> None:
+    recovery = Recovery()
+    recovery.begin({A: 3}, {A: -1})
+    recovery.read_on.add(A)
+    recovery.applied(A, 2)
+    recovery.reached(A, 3)
+    assert recovery.done() is not None
+    assert recovery.partitions_to_read() == {A}
+    assert A in recovery.active_tps
+
+
+def test_a_partition_given_up_mid_restore_leaves_the_restore() -> None:
+    recovery = Recovery()
+    recovery.begin({A: 10, B: 10}, {A: -1, B: -1})
+    recovery.forget([B])
+    recovery.applied(A, 9)
+    recovery.reached(A, 10)
+    restore = recovery.done()
+    assert restore is not None and restore.partitions == {A}
