@@ -25,23 +25,23 @@ streamapp is one named (a unit test reads every module for them), except aiokafk
 worker's group protocol (`streamapp.runtime.group`) and producer (`streamapp.runtime.producer`),
 each with its own list and check.
 
-At import, this package checks that the installed Faust and aiokafka are the versions these
-touch points were written against, and that each listed name still exists. Anything else
-stops the worker with one line naming what changed, rather than letting a patch silently
-miss (an override of a renamed method is never called) or double-correct (a Faust fix under
-our own). Set ``STREAMAPP_SKIP_FAUST_CHECK=1`` to try other versions at your own risk.
+At import, this package checks that the installed Faust and aiokafka are releases in the
+ranges these touch points were written against, and that each listed name still exists.
+Anything else stops the worker with one line naming what changed, rather than letting an
+override of a renamed method silently never be called. Set ``STREAMAPP_SKIP_FAUST_CHECK=1`` to
+try other releases at your own risk.
 """
 
 from __future__ import annotations
 
 import os
-from importlib import metadata
 
-# The name check is shared with the runtime's own (`streamapp.runtime.library_check`).
-from streamapp.runtime.library_check import has_name, name_problems
+# The check is shared with the runtime's own (`streamapp.runtime.library_check`).
+from streamapp.runtime.library_check import Ranges, has_name, name_problems, version_problems
 
-#: The releases every touch point was checked against (pyproject.toml pins the same).
-PINNED_VERSIONS = {"faust-streaming": "0.15.3", "aiokafka": "0.14.0"}
+#: The releases these touch points were checked against, as ranges (pyproject.toml names the
+#: same): a bug-fix release of either keeps the names they rely on, which the check confirms.
+RELEASES: Ranges = {"faust-streaming": ((0, 15, 3), (0, 16)), "aiokafka": ((0, 14), (0, 15))}
 
 #: ``module:Class`` -> the private names streamapp reads, writes or overrides on it (or on an
 #: instance of it). A name is found as a class attribute or as ``self.<name>`` in the code of
@@ -114,30 +114,22 @@ class FaustCompatError(ImportError):
     """The installed Faust or aiokafka is not what streamapp's touch points were written for."""
 
 
-def problems(names: dict[str, tuple[str, ...]], pinned: dict[str, str]) -> list[str]:
-    """What differs from what the touch points expect: versions, then missing names."""
-    found: list[str] = []
-    for dist, wanted in pinned.items():
-        try:
-            installed = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            found.append(f"{dist} is not installed (streamapp needs {wanted})")
-            continue
-        if installed != wanted:
-            found.append(f"{dist} {installed} is installed, streamapp was checked with {wanted}")
-    return found + name_problems(names)
+def problems(names: dict[str, tuple[str, ...]], releases: Ranges) -> list[str]:
+    """What differs from what the touch points expect: releases, then missing names."""
+    return version_problems(releases) + name_problems(names)
 
 
 def check() -> None:
     """Raise `FaustCompatError` (one line) unless every touch point still holds."""
     if os.environ.get("STREAMAPP_SKIP_FAUST_CHECK") == "1":
         return
-    found = problems(PRIVATE_NAMES, PINNED_VERSIONS)
+    found = problems(PRIVATE_NAMES, RELEASES)
     if found:
         raise FaustCompatError(
             "streamapp cannot run on these Faust/aiokafka releases: "
             + "; ".join(found)
-            + " (install the versions pyproject.toml pins, or set STREAMAPP_SKIP_FAUST_CHECK=1)"
+            + " (install releases in the ranges pyproject.toml names, or set"
+            " STREAMAPP_SKIP_FAUST_CHECK=1)"
         )
 
 

@@ -19,6 +19,9 @@ from streamapp.faust_compat.worker_clients import (
 from streamapp.faust_compat.worker_clients import worker_consumer as faust_worker_consumer
 from streamapp.runtime.group.consumer import WorkerConsumer
 
+#: aiokafka's wait for records in a fetch request, Faust's value (`worker_consumer_options`).
+FETCH_MAX_WAIT_MS = 1500
+
 
 def isolation_level(app: AppT) -> str:
     return "read_committed" if app.in_transaction else "read_uncommitted"

@@ -41,5 +41,7 @@ class FlowControl(FlowControlEvent):
                     dropped.append(queue.get_nowait())
                 except asyncio.QueueEmpty:
                     break
-        if dropped and self.on_dropped is not None:
+        # A clear while the flow is suspended (the worker stops) drops what it drops: the
+        # records are processed again after the restart, from the committed offsets.
+        if dropped and self.is_active() and self.on_dropped is not None:
             self.on_dropped(dropped)

@@ -34,7 +34,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from time import monotonic
 from typing import TYPE_CHECKING, Any
 
-from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
+from aiokafka import ConsumerRecord, TopicPartition
 from aiokafka.errors import ConsumerStoppedError, IllegalStateError
 from faust.types import TP
 from faust.types.tuples import ConsumerMessage
@@ -62,6 +62,12 @@ FETCH_WAIT_S = 1.0
 #: The same while a rebalance's restore is under way: a changelog's end may lie past records
 #: that are never handed out (transaction markers), which only a look at the position shows.
 RESTORE_FETCH_WAIT_S = 0.1
+#: How long a fetch request waits at the broker while records are left in hand or a restore
+#: is under way (aiokafka's, otherwise). aiokafka sends one request at a time to a broker, and
+#: leaves out of it a partition whose fetched records are not all taken: a request built then
+#: for the other partitions, idle ones, held the busy partition back for the whole wait (1.5 s),
+#: and a replay's first fetch after a rebalance's seek waited for the request in flight.
+BUSY_FETCH_WAIT_MS = 100
 
 
 def _tp(tp: TP) -> TopicPartition:
@@ -78,6 +84,7 @@ class FetchLoop:
         self.offsets = OffsetsReader(self.app)
         self.committer = Committer(consumer, self)
         self.task: asyncio.Task[None] | None = None
+        self._idle_fetch_wait_ms = clients.FETCH_MAX_WAIT_MS
         self._stop = asyncio.Event()
         self._start_at = 0  # where the next round's partition order starts
         #: Records handed to the streams / changelog records applied, since the start.
@@ -89,6 +96,7 @@ class FetchLoop:
     async def open(self) -> None:
         """Create and start the aiokafka consumer (it joins the group once subscribed)."""
         self.client = clients.worker_consumer(self.app, self.consumer.transport)
+        self._idle_fetch_wait_ms = self.client.fetch_wait_ms
         await self.client.start()
         await self.offsets.start(self.consumer.transport)
         self.task = asyncio.ensure_future(self._run())
@@ -163,7 +171,11 @@ class FetchLoop:
                 await self._wait_for_command(FETCH_WAIT_S)
             await self.committer.maybe_commit()
             return
-        taken = await self._take(client, streams, changelogs)
+        taken, left_in_hand = await self._take(client, streams, changelogs)
+        restoring = self.app.tables.recovery.in_recovery  # type: ignore[attr-defined]
+        client.fetch_wait_ms = (
+            BUSY_FETCH_WAIT_MS if left_in_hand or restoring else self._idle_fetch_wait_ms
+        )
         if not taken:
             # Nothing buffered: wait for records of any wanted partition, or a command.
             taken = await self._wait_for_records(client, wanted)
@@ -193,10 +205,12 @@ class FetchLoop:
             client.resume(*to_resume)
 
     async def _take(
-        self, client: AIOKafkaConsumer, streams: set[TP], changelogs: set[TP]
-    ) -> dict[TP, list[ConsumerRecord[Any, Any]]]:
-        """Records already fetched, within the round's shares, partition by partition."""
+        self, client: WorkerConsumer, streams: set[TP], changelogs: set[TP]
+    ) -> tuple[dict[TP, list[ConsumerRecord[Any, Any]]], bool]:
+        """Records already fetched, within the round's shares, partition by partition; and
+        whether a share was used up (records likely left in hand)."""
         taken: dict[TP, list[ConsumerRecord[Any, Any]]] = {}
+        full = False
         order = sorted(streams)
         if order:
             start = self._start_at % len(order)
@@ -206,13 +220,13 @@ class FetchLoop:
         for tp in order:
             if left <= 0:
                 break
-            got = await client.getmany(
-                _tp(tp), timeout_ms=0, max_records=min(RECORDS_PER_PARTITION, left)
-            )
+            share = min(RECORDS_PER_PARTITION, left)
+            got = await client.getmany(_tp(tp), timeout_ms=0, max_records=share)
             records = got.get(_tp(tp))
             if records:
                 taken[tp] = records
                 left -= len(records)
+                full = full or len(records) >= share
         left = CHANGELOG_RECORDS_PER_ROUND
         for tp in sorted(changelogs):
             if left <= 0:
@@ -221,11 +235,12 @@ class FetchLoop:
             records = got.get(_tp(tp))
             if records:
                 taken[tp] = records
+                full = full or len(records) >= left
                 left -= len(records)
-        return taken
+        return taken, full
 
     async def _wait_for_records(
-        self, client: AIOKafkaConsumer, wanted: set[TP]
+        self, client: WorkerConsumer, wanted: set[TP]
     ) -> dict[TP, list[ConsumerRecord[Any, Any]]]:
         commands = self.consumer.commands
         if commands.pending.is_set():

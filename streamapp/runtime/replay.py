@@ -99,6 +99,20 @@ class Recovery:
             self.active_offsets[tp] = applied.get(tp, -1)
             self.active_highwaters[tp] = end - 1
 
+    def applied_offset(self, tp: TP) -> int | None:
+        """The last offset applied to the partition's store by its replay (None: not replayed)."""
+        if tp in self.standby_tps:
+            return self.standby_offsets.get(tp)
+        return self.active_offsets.get(tp)
+
+    def restart(self, tp: TP, start: int, end: int) -> None:
+        """A restored partition replays again from ``start`` to ``end`` (its changelog was
+        created again)."""
+        if self.restore is not None and tp in self.restore.ends:
+            self.restore.ends[tp] = end
+            self.active_offsets[tp] = start - 1
+            self.active_highwaters[tp] = end - 1
+
     def applied(self, tp: TP, offset: int) -> None:
         if tp in self.standby_tps:
             self.standby_offsets[tp] = offset

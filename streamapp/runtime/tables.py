@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Iterable, MutableMapping, Sequence
+from time import monotonic
 from typing import Any
 
 from aiokafka import ConsumerRecord
@@ -45,6 +46,10 @@ from tables import store_guard
 from tables.damaged import offset_beyond_end, records_missing_before_start
 
 logger = logging.getLogger(__name__)
+
+#: How often the ends of the changelogs being restored are asked again: one deleted and created
+#: again meanwhile ends before the end the restore was to reach, which it would never reach.
+ENDS_RECHECK_S = 2.0
 
 
 class TableManager(Service, TableManagerT, FastUserDict[str, CollectionT]):
@@ -64,6 +69,8 @@ class TableManager(Service, TableManagerT, FastUserDict[str, CollectionT]):
         self._registered = asyncio.Event()
         self.tables_final = False
         self._restore_pending = False
+        #: When the ends of the partitions being restored were last asked again.
+        self._ends_checked = 0.0
 
     # -- the tables --------------------------------------------------------------------------
 
@@ -285,6 +292,15 @@ class TableManager(Service, TableManagerT, FastUserDict[str, CollectionT]):
         table = self.by_changelog.get(tp.topic)
         if table is None:
             return
+        applied = self.recovery.applied_offset(tp)
+        if applied is not None and applied >= 0 and records[0].offset <= applied:
+            # The changelog's offsets went back: it was deleted and created again while this
+            # worker replayed it. What the store holds is the old topic's.
+            self._rebuild(
+                tp,
+                f"changelog {tp.topic} went back to offset {records[0].offset} past the "
+                f"local store's {applied + 1} (deleted and created again)",
+            )
         decode = table.changelog_topic.decode
         events = []
         for record in records:
@@ -304,6 +320,9 @@ class TableManager(Service, TableManagerT, FastUserDict[str, CollectionT]):
         restore = recovery.restore
         if restore is None:
             return
+        if restore.ends and monotonic() - self._ends_checked >= ENDS_RECHECK_S:
+            self._ends_checked = monotonic()
+            await self._check_ends(restore.ends)
         position = self.app.consumer.fetch_loop.position  # type: ignore[attr-defined]
         for tp in list(restore.ends):
             found = await position(tp)
@@ -313,6 +332,25 @@ class TableManager(Service, TableManagerT, FastUserDict[str, CollectionT]):
         if done is not None and self._restore_pending:
             self._restore_pending = False
             await self._completed(done)
+
+    async def _check_ends(self, targets: dict[TP, int]) -> None:
+        """A changelog whose end went back since the restore began was deleted and created
+        again: its replay starts again from the new log's start, over a store rebuilt."""
+        consumer: Any = self.app.consumer
+        ends = await consumer.highwaters(*targets)
+        shrunk = {tp: end for tp, end in ends.items() if tp in targets and end < targets[tp]}
+        if not shrunk:
+            return
+        starts = await consumer.earliest_offsets(*shrunk)
+        for tp, end in sorted(shrunk.items()):
+            self._rebuild(
+                tp,
+                f"changelog {tp.topic} now ends at {end}, before the {targets[tp]} its replay "
+                "was to reach (deleted and created again)",
+            )
+            start = starts.get(tp, 0)
+            self.recovery.restart(tp, start, end)
+        await consumer.fetch_loop.seek({tp: starts.get(tp, 0) for tp in shrunk})
 
     async def _completed(self, restore: Restore) -> None:
         recovery = self.recovery

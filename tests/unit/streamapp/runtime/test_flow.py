@@ -46,3 +46,16 @@ async def test_a_clear_of_empty_queues_says_nothing() -> None:
     FlowControlQueue(flow_control=flow, clear_on_resume=True)
     flow.clear()
     assert calls == []
+
+
+async def test_a_clear_as_the_worker_stops_sends_nothing_back() -> None:
+    """The flow is suspended first: what is dropped is processed after the restart."""
+    flow = FlowControl()
+    flow.resume()
+    calls: list[Any] = []
+    flow.on_dropped = calls.append
+    queue: FlowControlQueue[str] = FlowControlQueue(flow_control=flow, clear_on_resume=True)
+    queue.put_nowait("queued")
+    flow.suspend()
+    flow.clear()
+    assert calls == [] and queue.empty()

@@ -81,3 +81,22 @@ def test_a_partition_given_up_mid_restore_leaves_the_restore() -> None:
     recovery.reached(A, 10)
     restore = recovery.done()
     assert restore is not None and restore.partitions == {A}
+
+
+def test_a_restore_starts_again_when_its_changelog_was_created_again() -> None:
+    recovery = Recovery()
+    recovery.begin({A: 30}, {A: 79})  # a store of the old topic, claiming offset 79
+    assert recovery.applied_offset(A) == 79
+    recovery.restart(A, 0, 12)  # the new topic: offsets 0 to 11
+    assert recovery.active_remaining() == {A: 12}
+    recovery.applied(A, 11)
+    assert recovery.reached(A, 12)
+    assert recovery.done() is not None
+
+
+def test_a_standby_s_applied_offset_is_its_own() -> None:
+    recovery = Recovery()
+    recovery.standby_tps.add(S)
+    recovery.standby_offsets[S] = 7
+    assert recovery.applied_offset(S) == 7
+    assert recovery.applied_offset(B) is None
