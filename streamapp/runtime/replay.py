@@ -42,6 +42,9 @@ class Restore:
     #: Partitions whose restore ended on the consumer's position with no record at the end
     #: offset less one (a transaction marker there, or records compacted away): tp -> end.
     ended_past_records: dict[TP, int] = field(default_factory=dict)
+    #: When the restore may start reading (Faust's ``stream_recovery_delay`` after the
+    #: rebalance: more members may join or leave meanwhile), in ``time.monotonic()`` seconds.
+    starts_at: float = 0.0
 
 
 class Recovery:
@@ -83,15 +86,19 @@ class Recovery:
     def active_remaining_total(self) -> int:
         return sum(self.active_remaining().values())
 
-    def partitions_to_read(self) -> set[TP]:
+    def partitions_to_read(self, now: float) -> set[TP]:
         reading = set(self.standby_tps) | self.read_on
-        if self.restore is not None:
+        if self.restore is not None and now >= self.restore.starts_at:
             reading |= set(self.restore.ends)
         return reading
 
-    def begin(self, ends: Mapping[TP, int], applied: Mapping[TP, int]) -> None:
-        """Restore ``ends``' partitions, whose stores hold up to ``applied`` (-1: nothing)."""
+    def begin(
+        self, ends: Mapping[TP, int], applied: Mapping[TP, int], starts_at: float = 0.0
+    ) -> None:
+        """Restore ``ends``' partitions, whose stores hold up to ``applied`` (-1: nothing),
+        from ``starts_at`` on (a restore under way takes them in, and waits as long)."""
         restore = self.restore = self.restore or Restore()
+        restore.starts_at = max(restore.starts_at, starts_at)
         for tp, end in ends.items():
             restore.ends[tp] = end
             restore.partitions.add(tp)
@@ -135,10 +142,10 @@ class Recovery:
             self.active_offsets[tp] = end - 1
         return True
 
-    def done(self) -> Restore | None:
+    def done(self, now: float) -> Restore | None:
         """The restore, once every partition of it reached its end (None: not yet)."""
         restore = self.restore
-        if restore is None or restore.ends:
+        if restore is None or restore.ends or now < restore.starts_at:
             return None
         self.restore = None
         self.settled |= restore.partitions

@@ -216,7 +216,9 @@ class TableManager(Service, TableManagerT, FastUserDict[str, CollectionT]):
             recovery.standby_tps.add(tp)
             recovery.standby_offsets[tp] = starts[tp] - 1
         recovery.begin(
-            {tp: ends.get(tp, 0) for tp in gained}, {tp: starts[tp] - 1 for tp in gained}
+            {tp: ends.get(tp, 0) for tp in gained},
+            {tp: starts[tp] - 1 for tp in gained},
+            starts_at=monotonic() + float(self.app.conf.stream_recovery_delay or 0.0),
         )
         for tp in gained:
             recovery.reached(tp, starts[tp])  # nothing to replay: restored already
@@ -285,7 +287,7 @@ class TableManager(Service, TableManagerT, FastUserDict[str, CollectionT]):
     # -- the fetch loop's part ---------------------------------------------------------------
 
     def partitions_to_read(self) -> set[TP]:
-        return self.recovery.partitions_to_read()
+        return self.recovery.partitions_to_read(monotonic())
 
     async def apply_records(self, tp: TP, records: Sequence[ConsumerRecord[Any, Any]]) -> None:
         """Apply changelog records the fetch loop took to their table's store."""
@@ -328,7 +330,7 @@ class TableManager(Service, TableManagerT, FastUserDict[str, CollectionT]):
             found = await position(tp)
             if found is not None:
                 recovery.reached(tp, found)
-        done = recovery.done()
+        done = recovery.done(monotonic())
         if done is not None and self._restore_pending:
             self._restore_pending = False
             await self._completed(done)
