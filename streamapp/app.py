@@ -200,10 +200,10 @@ class App(FaustApp):
         flow.on_dropped = self._on_dropped
         return flow
 
-    def _on_dropped(self, events: Any) -> None:
+    def _on_dropped(self, events: Any, flowing: bool) -> None:
         consumer = consumer_if_created(self)
         if isinstance(consumer, StreamappConsumer):
-            consumer.on_dropped(events)
+            consumer.on_dropped(events, flowing)
 
     def GlobalTable(self, name: str, **kwargs: Any) -> Any:
         """Faust's GlobalTable, whose changelog records are stored as they arrive, for good.

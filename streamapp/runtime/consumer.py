@@ -147,14 +147,18 @@ class Consumer(Service, ConsumerT):
             self.ack(message)
         return final
 
-    def on_dropped(self, events: Iterable[Any]) -> None:
+    def on_dropped(self, events: Iterable[Any], flowing: bool) -> None:
         """Records were dropped from the streams' queues unprocessed (``app.flow_control``'s
-        clear): each partition still held goes back to its first of them, which go out once
-        more, and nothing else twice (`offsets.OffsetLedger.rewind`)."""
+        clear): no stop waits for them any more; and while the flow runs on, each partition
+        still held goes back to its first of them, which go out once more, and nothing else
+        twice (`offsets.OffsetLedger.rewind`)."""
         partitions: set[TP] = set()
         for event in events:
             message = getattr(event, "message", None)
             if message is None or message.acked:
+                continue
+            self._unacked.discard(message)
+            if not flowing:
                 continue
             tp = message.tp
             held = tp in self.assigned and tp not in self.giving_up

@@ -27,8 +27,9 @@ class FlowControl(FlowControlEvent):
     def __init__(self, *, loop: asyncio.AbstractEventLoop | None = None) -> None:
         super().__init__(loop=loop)
         self.cleared_queues: WeakSet[FlowControlQueue[Any]] = WeakSet()
-        #: Told what a clear took out of the queues (the app's consumer, once it exists).
-        self.on_dropped: Callable[[Sequence[Any]], None] | None = None
+        #: Told what a clear took out of the queues, and whether the flow runs on (the app's
+        #: consumer, once it exists).
+        self.on_dropped: Callable[[Sequence[Any], bool], None] | None = None
 
     def manage_queue(self, queue: FlowControlQueue[Any]) -> None:
         self.cleared_queues.add(queue)
@@ -43,5 +44,5 @@ class FlowControl(FlowControlEvent):
                     break
         # A clear while the flow is suspended (the worker stops) drops what it drops: the
         # records are processed again after the restart, from the committed offsets.
-        if dropped and self.is_active() and self.on_dropped is not None:
-            self.on_dropped(dropped)
+        if dropped and self.on_dropped is not None:
+            self.on_dropped(dropped, self.is_active())

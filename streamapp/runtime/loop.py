@@ -280,6 +280,10 @@ class FetchLoop:
         handed_out = ledger.handed_out
         admit = ledger.admit
         generation = self.app.consumer_generation_id
+        # Tracked as handed out (Faust's conductor does so before it delivers): counted in the
+        # monitor whatever comes of the record (one that does not decode too), and a stop waits
+        # for records still queued in the streams.
+        track = consumer.track_message if self.app.topics.acks_enabled_for(tp.topic) else None
         for record in records:
             if not admit(tp, record.offset):
                 continue  # handed out already: records dropped before it come once more
@@ -301,6 +305,9 @@ class FetchLoop:
                 generation_id=generation,
             )
             handed_out(tp, record.offset, message)
+            if track is not None:
+                message.tracked = True
+                track(message)
             self.handed_out += 1
             await callback(message)
 

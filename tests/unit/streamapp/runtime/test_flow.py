@@ -14,7 +14,7 @@ async def test_a_clear_empties_the_queues_and_says_what_it_took() -> None:
     flow = FlowControl()
     flow.resume()
     taken: list[Any] = []
-    flow.on_dropped = taken.extend
+    flow.on_dropped = lambda events, flowing: taken.extend(events) if flowing else None
     first: FlowControlQueue[str] = FlowControlQueue(flow_control=flow, clear_on_resume=True)
     second: FlowControlQueue[str] = FlowControlQueue(flow_control=flow, clear_on_resume=True)
     unmanaged: FlowControlQueue[str] = FlowControlQueue(flow_control=flow)
@@ -31,7 +31,7 @@ async def test_a_clear_empties_the_queues_and_says_what_it_took() -> None:
 async def test_a_resume_hands_what_it_clears_to_the_consumer_too() -> None:
     flow = FlowControl()
     taken: list[Any] = []
-    flow.on_dropped = taken.extend
+    flow.on_dropped = lambda events, flowing: taken.extend(events) if flowing else None
     queue: FlowControlQueue[str] = FlowControlQueue(flow_control=flow, clear_on_resume=True)
     queue.put_nowait("queued")
     flow.resume()
@@ -42,20 +42,21 @@ async def test_a_resume_hands_what_it_clears_to_the_consumer_too() -> None:
 async def test_a_clear_of_empty_queues_says_nothing() -> None:
     flow = FlowControl()
     calls: list[Any] = []
-    flow.on_dropped = calls.append
+    flow.on_dropped = lambda events, flowing: calls.append((events, flowing))
     FlowControlQueue(flow_control=flow, clear_on_resume=True)
     flow.clear()
     assert calls == []
 
 
-async def test_a_clear_as_the_worker_stops_sends_nothing_back() -> None:
-    """The flow is suspended first: what is dropped is processed after the restart."""
+async def test_a_clear_as_the_worker_stops_says_the_flow_is_suspended() -> None:
+    """The flow is suspended first: what is dropped is processed after the restart, not sent
+    back now."""
     flow = FlowControl()
     flow.resume()
     calls: list[Any] = []
-    flow.on_dropped = calls.append
+    flow.on_dropped = lambda events, flowing: calls.append((events, flowing))
     queue: FlowControlQueue[str] = FlowControlQueue(flow_control=flow, clear_on_resume=True)
     queue.put_nowait("queued")
     flow.suspend()
     flow.clear()
-    assert calls == [] and queue.empty()
+    assert calls == [(["queued"], False)] and queue.empty()
