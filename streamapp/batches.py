@@ -16,7 +16,7 @@ Guarantees, the same as for a record of Faust's stream:
 
 - A batch is acked once, when the agent asks for the next one, so its offsets (up to its last
   offset + 1) become committable together. Under exactly_once a commit waits for every record
-  handed out to be acked (`streamapp.faust_compat.transport`), so it never falls inside a
+  handed out to be acked (`streamapp.runtime.commits`), so it never falls inside a
   batch: the batch's table writes, changelog records and sends go in the transaction that
   commits its offsets.
 - While a batch is processed, Faust's ``current_event()`` is its last record: a table write
@@ -34,10 +34,9 @@ Guarantees, the same as for a record of Faust's stream:
   body raising stops the worker (unless it is stopping already), rather than commit around a
   half-processed batch. Catch a record's error inside the body to skip it.
 
-The agent's topics are handed out by the fetch loop without a yield per record
-(`streamapp.faust_compat.eager_hand_out`), each record in one call when nothing in its
-hand-out would wait (`streamapp.faust_compat.batch_hand_out`): read a topic either in batches
-or record by record, not both. Faust's per-stream event sensors (its monitor's
+The fetch loop hands out a partition's records of a round in one step, without a yield per
+record (`streamapp.runtime.loop`): read a topic either in batches or record by record, not
+both. Faust's per-stream event sensors (its monitor's
 ``events_total``) do not count batch records; its per-message ones do.
 """
 

@@ -12,8 +12,10 @@ Each round of the loop, in this order and nowhere else:
    `RECORDS_PER_ROUND` in all, starting each round one partition further on, so that a
    partition with a backlog (one just gained) never holds the others for more than its share;
    changelog records have a share of their own (`CHANGELOG_RECORDS_PER_ROUND`);
-4. applies changelog records to their tables and hands stream records to the conductor, which
-   decodes each and puts it in its streams' queues (awaiting room in a full queue: back-pressure);
+4. applies changelog records to their tables and hands stream records to the conductor, in
+   the order of the app's ``ConsumerScheduler`` (by timestamp across partitions,
+   `streamapp.scheduling`); the conductor decodes each and puts it in its streams' queues
+   (awaiting room in a full queue: back-pressure);
 5. commits when it is time (`commits.Committer`).
 
 aiokafka keeps fetched records it was not asked for in its buffer, and drops a paused or sought
@@ -30,7 +32,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from time import monotonic
 from typing import TYPE_CHECKING, Any
 
@@ -179,15 +181,17 @@ class FetchLoop:
         if not taken:
             # Nothing buffered: wait for records of any wanted partition, or a command.
             taken = await self._wait_for_records(client, wanted)
+        to_hand_out: dict[TP, list[ConsumerRecord[Any, Any]]] = {}
         for tp, records in taken.items():
             if tp in changelogs:
                 await self.app.tables.apply_records(tp, records)  # type: ignore[attr-defined]
                 self.applied += len(records)
-            elif tp in streams and tp in consumer.stream_partitions():
-                await self._hand_out(tp, records)
+            elif tp in streams:
+                to_hand_out[tp] = records
             else:
-                # Paused, held or given up while this round ran: back to the first of them.
                 self._seek_back(tp, records[0].offset)
+        if to_hand_out:
+            await self._hand_out(to_hand_out)
         await self.app.tables.after_round()  # type: ignore[attr-defined]
         await self.committer.maybe_commit()
 
@@ -272,20 +276,33 @@ class FetchLoop:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.consumer.commands.pending.wait(), timeout)
 
-    async def _hand_out(self, tp: TP, records: Sequence[ConsumerRecord[Any, Any]]) -> None:
-        """Hand a partition's records to the conductor, in offset order."""
+    async def _hand_out(self, taken: Mapping[TP, list[ConsumerRecord[Any, Any]]]) -> None:
+        """Hand the round's stream records to the conductor, in the order of the app's
+        ``ConsumerScheduler`` (by default by timestamp across partitions, `streamapp.scheduling`),
+        each partition's in offset order. A partition paused, held or given up before its
+        first record goes out is sought back to that record instead."""
         consumer = self.consumer
         callback = consumer.callback
         ledger = consumer.ledger
         handed_out = ledger.handed_out
         admit = ledger.admit
         generation = self.app.consumer_generation_id
-        # Tracked as handed out (Faust's conductor does so before it delivers): counted in the
-        # monitor whatever comes of the record (one that does not decode too), and a stop waits
-        # for records still queued in the streams.
-        track = consumer.track_message if self.app.topics.acks_enabled_for(tp.topic) else None
-        for record in records:
-            if not admit(tp, record.offset):
+        acks_enabled_for = self.app.topics.acks_enabled_for
+        #: Per partition: whether its records go out (decided at its first record), and, for
+        #: one that does, whether they are tracked.
+        goes_out: dict[TP, bool] = {}
+        tracked: dict[TP, bool] = {}
+        for tp, record in consumer.scheduler.iterate(taken):
+            if tp not in goes_out:
+                goes_out[tp] = tp in consumer.stream_partitions()
+                if not goes_out[tp]:
+                    # Paused, held or given up while this round ran: back to the first of them.
+                    self._seek_back(tp, taken[tp][0].offset)
+                # Tracked as handed out (Faust's conductor does so before it delivers): counted
+                # in the monitor whatever comes of the record (one that does not decode too),
+                # and a stop waits for records still queued in the streams.
+                tracked[tp] = acks_enabled_for(tp.topic)
+            if not goes_out[tp] or not admit(tp, record.offset):
                 continue  # handed out already: records dropped before it come once more
             timestamp = record.timestamp
             message = ConsumerMessage(
@@ -305,9 +322,9 @@ class FetchLoop:
                 generation_id=generation,
             )
             handed_out(tp, record.offset, message)
-            if track is not None:
+            if tracked[tp]:
                 message.tracked = True
-                track(message)
+                consumer.track_message(message)
             self.handed_out += 1
             await callback(message)
 
