@@ -128,7 +128,7 @@ class StreamappPartitionAssignor(FaustPartitionAssignor):
         #: Whether this worker kept what it owns through the join under way (cooperative).
         self._kept_owned = False
         #: Whether Faust's handlers are running for a join this worker kept its partitions
-        #: through (read by `streamapp.faust_compat.incremental`).
+        #: through (read by `streamapp.runtime.group.cooperative`).
         self.incremental_join = False
         self._inventory: LocalStateInventory | None = None
         #: Refreshes the leader's metadata until the topics its last plan left out are known.
@@ -226,7 +226,7 @@ class StreamappPartitionAssignor(FaustPartitionAssignor):
 
     def _speaks_cooperative(self) -> bool:
         # Under exactly_once too: an incremental rebalance commits and ends the transactions of
-        # what is lost and opens those of what is gained (`streamapp.faust_compat.incremental`).
+        # what is lost and opens those of what is gained (`streamapp.runtime.rebalance`).
         return self.settings.rebalance_protocol is RebalanceProtocol.COOPERATIVE
 
     def on_join_prepared(self, *, kept_owned: bool) -> None:
