@@ -3,7 +3,10 @@
 The input is a fixed sequence of checkins (``apps/faust_compat/checkins.py``): people joining and
 leaving locations, one location at a time, with event times 100 ms apart. The reference is
 computed from that input alone, in plain Python, from what Faust's user guide says each table
-and window does; nothing of Faust or streamapp is used to compute it.
+and window does; nothing of Faust or streamapp is used to compute it. One reading follows what
+Faust does where its guide says otherwise: ``.now()`` on a hopping table reads the earliest
+window holding the wall clock (``window.earliest`` in Faust's ``_windowed_now``), while the
+guide says a hopping table is always read at the latest window holding a timestamp.
 
 At-least-once lets the group process again the records a killed worker had not committed
 (``replayable``: offsets at or past the group's committed offset at the kill, up to the
@@ -163,7 +166,8 @@ def reference(
 
 
 def earliest_hopping_start(clock: float) -> float:
-    """Where the earliest hopping window holding ``clock`` starts: the one ``.now()`` reads."""
+    """Where the earliest hopping window holding ``clock`` starts: the one Faust's ``.now()``
+    reads (see the module's docstring)."""
     return _step_start(clock, HOPPING_STEP_S) - HOPPING_S + HOPPING_STEP_S
 
 
