@@ -79,21 +79,7 @@ class WorkerProcess:
                 log.write(f"\n=== start {self.starts + 1} of {self.name} ===\n".encode())
                 log.flush()
             self.process = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "streamapp",
-                    "worker",
-                    "-A",
-                    self.app,
-                    "--broker",
-                    self.bootstrap,
-                    "--data-dir",
-                    str(self.data_dir),
-                    "--web-port",
-                    str(self.web_port),
-                    *self.extra,
-                ],
+                self.command(),
                 cwd=REPO_ROOT,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -102,6 +88,24 @@ class WorkerProcess:
             )
         self.starts += 1
         return self
+
+    def command(self) -> list[str]:
+        """The worker's command line: ``streamapp worker`` with this worker's options."""
+        return [
+            sys.executable,
+            "-m",
+            "streamapp",
+            "worker",
+            "-A",
+            self.app,
+            "--broker",
+            self.bootstrap,
+            "--data-dir",
+            str(self.data_dir),
+            "--web-port",
+            str(self.web_port),
+            *self.extra,
+        ]
 
     def alive(self) -> bool:
         """Whether the process runs."""
