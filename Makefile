@@ -14,7 +14,7 @@ KAFKA_VERSIONS ?= 4.4.0 3.9.1
 KAFKA_SUBSET ?= $(addprefix tests/integration/,test_kafka_broker.py test_worker_rebalance.py \
 	test_recovery_end.py test_strategies_kafka.py test_join_group_errors.py)
 
-.PHONY: help venv kafka-jars browser lint typecheck docs unit integration test bench demo clean
+.PHONY: help venv kafka-jars browser lint typecheck docs unit unit-lowest integration test bench demo clean
 
 help:
 	@echo "make test        lint, typecheck, docs, unit and integration tests (starts its own Kafka brokers)"
@@ -22,6 +22,7 @@ help:
 	@echo "make typecheck   mypy (strict on assignor/)"
 	@echo "make docs        the documentation site, mkdocs build --strict into build/site/"
 	@echo "make unit        unit tests only (no broker)"
+	@echo "make unit-lowest unit tests on the lowest faust-streaming and aiokafka releases allowed"
 	@echo "make integration integration tests only (real Kafka brokers: $(KAFKA_VERSIONS))"
 	@echo "make bench       benchmarks against the peers, printed as tables with ratios"
 	@echo "make demo        the ad-click demo (same as 'streamapp demo')"
@@ -64,6 +65,19 @@ docs: venv
 unit: venv
 	$(BIN)/pytest -q tests/unit
 
+# The unit suite on the lowest faust-streaming and aiokafka releases pyproject.toml allows (the
+# venv above has the newest), in a venv of its own; when they are the releases installed, the
+# run above already covered them and this says so.
+LOWEST_VENV := build/venv-lowest
+unit-lowest: venv
+	@pins=$$($(PY) .ci/lowest_releases.py); status=$$?; \
+	if [ $$status = 1 ]; then echo "unit-lowest: the lowest allowed releases are the ones installed ($$(echo $$pins)): covered by 'make unit'"; exit 0; fi; \
+	[ $$status = 0 ] || exit $$status; \
+	echo "unit-lowest: the unit suite on $$(echo $$pins) (log: $(PIP_LOG))"; \
+	$(PYTHON) -m venv $(LOWEST_VENV) && \
+	$(LOWEST_VENV)/bin/pip install -q -e ".[test]" $$pins >>$(PIP_LOG) 2>&1 || { tail -30 $(PIP_LOG); exit 1; }; \
+	$(LOWEST_VENV)/bin/pytest -q tests/unit
+
 # Headless Chromium from Debian's packages, for the browser test of the worker's page
 # (tests/integration/test_group_page.py). Installed only when missing, and only as root; apt's
 # output goes to build/apt-chromium.log.
@@ -85,7 +99,7 @@ integration: venv browser
 		tests="$(KAFKA_SUBSET)"; \
 	done
 
-test: lint typecheck docs unit integration
+test: lint typecheck docs unit unit-lowest integration
 
 bench: venv kafka-jars
 	@for b in bench/*.py; do m=$$(basename $$b .py); echo "== bench.$$m"; $(PY) -m bench.$$m || exit 1; done

@@ -163,7 +163,7 @@ def _keep_replicas_of_incoming(
     gave up its caught-up warmup (closing its stores) for the one round in which nobody
     processes the partition, and reopened them in the follow-up. A changelog partition that
     turns from standby to active is not newly assigned, and the worker recovers the promoted
-    partition from its store's offset (`streamapp.faust_compat.recovery`).
+    partition from its store's offset (`streamapp.runtime.replay`).
     """
     for member_id, by_topic in incoming.items():
         for topic, planned in by_topic.items():

@@ -12,7 +12,7 @@ replayed the partitions in full before processing them: 822 records in one rolli
 step of ``bench/rebalance.py`` (5,000 keys, 12 partitions), whose standbys had every record.
 
 What recovery took is written to the store before any replica is promoted: at a revocation
-(eager) and as an incremental rebalance begins (`streamapp.faust_compat.recovery`). So the
+(eager) and as an incremental rebalance begins (`streamapp.runtime.rebalance`). So the
 join reports the later of the two per replica.
 """
 

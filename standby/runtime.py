@@ -366,19 +366,15 @@ class ReplicaRuntime:
             )
 
     def request_rebalance(self) -> None:
-        """Ask the group to rebalance, on the consumer thread that owns the coordinator."""
-        # Imported here: streamapp's package imports the App, whose wiring imports this module.
-        from streamapp.faust_compat.access import request_rejoin
-
-        request_rejoin(self.app)
+        """Ask the group to rebalance."""
+        self.app.consumer.request_rebalance()
 
     # -- introspection --
 
     def member(self) -> tuple[str | None, int | None]:
         """Kafka's member id and generation of this worker, if it is in a group now."""
-        from streamapp.faust_compat.access import group_coordinator  # see request_rebalance
-
-        coordinator = group_coordinator(self.app)
-        if coordinator is None:
+        membership = getattr(self.app.consumer, "membership", None)
+        if membership is None:  # a consumer that cannot tell (stock Faust's)
             return None, None
-        return coordinator.member_id, coordinator.generation
+        member: tuple[str | None, int | None] = membership()
+        return member

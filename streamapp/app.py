@@ -8,11 +8,16 @@ import os
 from pathlib import Path
 from typing import Any
 
+from faust.utils.urls import urllist
+from mode.utils.objects import cached_property
+
 from streamapp import assignment_wiring
 from streamapp.bad_records import BadRecordPolicy, BadRecords
 from streamapp.faust_compat.access import consumer_if_created
 from streamapp.faust_compat.app import FaustApp
-from streamapp.faust_compat.transport import Consumer as StreamappConsumer
+from streamapp.runtime.consumer import Consumer as StreamappConsumer
+from streamapp.runtime.driver import driver_urls
+from streamapp.runtime.flow import FlowControl
 from streamapp.runtime.stores import STORE_URL, own_store_url
 from streamapp.settings import RebalanceProtocol, StreamappSettings, resolve
 from tables import clean_shutdown, damaged
@@ -40,6 +45,18 @@ EXACTLY_ONCE_PRODUCER_LINGER_S = 0.05
 #: Faust's and Kafka's 16 KiB, so a burst of changelog writes to one partition fills fewer
 #: requests. docs/settings.md.
 DEFAULT_PRODUCER_MAX_BATCH_SIZE = 65536
+
+
+def _driver_brokers(options: dict[str, Any]) -> None:
+    """Serve the app's brokers with streamapp's driver (`streamapp.runtime.driver`): the
+    consumer's and the producer's broker URLs, from the App keywords or Faust's variables."""
+    default = os.environ.get("BROKER_URL") or options.get("broker") or "kafka://localhost:9092"
+    for key, variable in (
+        ("broker_consumer", "BROKER_CONSUMER_URL"),
+        ("broker_producer", "BROKER_PRODUCER_URL"),
+    ):
+        given = os.environ.get(variable) or options.get(key) or default
+        options[key] = driver_urls(urllist(given, default_scheme="kafka"))
 
 
 def _exactly_once(options: dict[str, Any]) -> bool:
@@ -151,8 +168,11 @@ class App(FaustApp):
         # Workers on one machine would all fight for port 6066; the worker command picks one.
         options.setdefault("web_bind", "127.0.0.1")
         options.setdefault("PartitionAssignor", assignment_wiring.PARTITION_ASSIGNOR)
-        # Recovery that never resumes streams over records it has counted but not stored.
-        options.setdefault("TableManager", "streamapp.faust_compat.recovery:TableManager")
+        # The consumer, its fetch loop and the tables' recovery are streamapp's runtime.
+        _driver_brokers(options)
+        options.setdefault("TableManager", "streamapp.runtime.tables:TableManager")
+        # Acks through the consumer's own ``ack`` (see streamapp.faust_compat.stream).
+        options.setdefault("Stream", "streamapp.faust_compat.stream:Stream")
         # Records of a fetch in timestamp order across partitions (see streamapp.scheduling).
         options.setdefault("ConsumerScheduler", "streamapp.scheduling:TimestampOrderScheduling")
         # Records that do not decode, or make an agent raise, meet bad_record_policy.
@@ -171,6 +191,19 @@ class App(FaustApp):
         super().__init__(id, **options)
         self.streamapp_bad_records = BadRecords(self)
         assignment_wiring.install(self)
+
+    @cached_property
+    def flow_control(self) -> FlowControl:
+        """Faust's flow control, whose clear hands what it drops back to the consumer
+        (`streamapp.runtime.flow`)."""
+        flow = FlowControl(loop=self.loop)
+        flow.on_dropped = self._on_dropped
+        return flow
+
+    def _on_dropped(self, events: Any, flowing: bool) -> None:
+        consumer = consumer_if_created(self)
+        if isinstance(consumer, StreamappConsumer):
+            consumer.on_dropped(events, flowing)
 
     def GlobalTable(self, name: str, **kwargs: Any) -> Any:
         """Faust's GlobalTable, whose changelog records are stored as they arrive, for good.

@@ -7,7 +7,6 @@ from typing import Any
 
 from standby.runtime import ReplicaRuntime
 from streamapp import quiet_logs
-from streamapp.faust_compat import access
 from streamapp.web import register_views
 
 #: ``PartitionAssignor`` setting of a streamapp.App.
@@ -47,7 +46,7 @@ def install(app: Any) -> None:
             app_bootstrap(app),
             declared_topics(app).tables,
             app.conf.topic_replication_factor,
-            on_right_again=lambda _topic: access.refresh_worker_metadata(app),
+            on_right_again=lambda _topic: app.consumer.refresh_metadata_soon(),
         )
         # The watch names a missing changelog and what to do in one line: aiokafka's repeats of
         # "not found in cluster metadata" about it are chatter.

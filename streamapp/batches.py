@@ -16,7 +16,7 @@ Guarantees, the same as for a record of Faust's stream:
 
 - A batch is acked once, when the agent asks for the next one, so its offsets (up to its last
   offset + 1) become committable together. Under exactly_once a commit waits for every record
-  handed out to be acked (`streamapp.faust_compat.transport`), so it never falls inside a
+  handed out to be acked (`streamapp.runtime.commits`), so it never falls inside a
   batch: the batch's table writes, changelog records and sends go in the transaction that
   commits its offsets.
 - While a batch is processed, Faust's ``current_event()`` is its last record: a table write
@@ -34,10 +34,9 @@ Guarantees, the same as for a record of Faust's stream:
   body raising stops the worker (unless it is stopping already), rather than commit around a
   half-processed batch. Catch a record's error inside the body to skip it.
 
-The agent's topics are handed out by the fetch loop without a yield per record
-(`streamapp.faust_compat.eager_hand_out`), each record in one call when nothing in its
-hand-out would wait (`streamapp.faust_compat.batch_hand_out`): read a topic either in batches
-or record by record, not both. Faust's per-stream event sensors (its monitor's
+The fetch loop hands out a partition's records of a round in one step, without a yield per
+record (`streamapp.runtime.loop`): read a topic either in batches or record by record, not
+both. Faust's per-stream event sensors (its monitor's
 ``events_total``) do not count batch records; its per-message ones do.
 """
 
@@ -53,8 +52,8 @@ from weakref import WeakKeyDictionary
 from faust.types import TP, ChannelT, EventT, StreamT
 
 from streamapp.faust_compat import batch_changelog
-from streamapp.faust_compat.batch_stream import ack_batch, set_current_event, stop_iteration
-from streamapp.faust_compat.transport import Consumer as StreamappConsumer
+from streamapp.faust_compat.batch_stream import set_current_event, stop_iteration
+from streamapp.runtime.consumer import Consumer as StreamappConsumer
 
 logger = logging.getLogger(__name__)
 
@@ -188,9 +187,8 @@ async def batches(
         raise TypeError(f"batches() reads an agent's stream over a topic, not {channel!r}")
     app = stream.app
     consumer = app.consumer
-    if isinstance(consumer, StreamappConsumer):
-        topics = getattr(channel, "topics", ())  # a Topic's names; an in-memory channel has none
-        consumer.hand_out_in_batches(t for t in topics if isinstance(t, str))
+    if not isinstance(consumer, StreamappConsumer):
+        raise TypeError("batches() reads an agent's stream of a streamapp.App")
     queue = channel.queue
     acking_topics = app.topics.acking_topics
     flow_control = app.flow_control
@@ -221,7 +219,7 @@ async def batches(
                 else:
                     ready.append(event)
             if skipped:
-                for message in ack_batch(consumer, skipped):
+                for message in consumer.ack_batch(skipped):
                     on_message_out(message.tp, message.offset, message)
             for batch in by_partition(ready):
                 out = batch
@@ -232,7 +230,7 @@ async def batches(
                 # Before the ack: a commit covering the batch comes after its changelog records.
                 await batch_changelog.end(changelog)
                 out = None
-                for message in ack_batch(consumer, [event.message for event in batch.events]):
+                for message in consumer.ack_batch([event.message for event in batch.events]):
                     on_message_out(message.tp, message.offset, message)
             # Faust's stream yields to the loop once per record; once per wake-up is enough
             # for the fetch loop and the commit to run between batches.

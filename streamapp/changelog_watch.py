@@ -97,11 +97,9 @@ class ChangelogWatch:
         self.tables = list(tables)
         self.replication = replication
         #: Called with a changelog's name once it is right again (the worker refreshes its
-        #: consumer's metadata, so the group plans with the topic's partitions again). The
-        #: offsets reader refreshes it too as a topic goes unknown and comes back
-        #: (`streamapp.faust_compat.unknown_topics`), but a changelog created again with its
-        #: right count after a wrong one is no unknown topic to it: it asks the partitions the
-        #: worker's stale metadata has, and finds them.
+        #: consumer's metadata, so the group plans with the topic's partitions again): a
+        #: changelog created again with its right count after a wrong one is no unknown topic
+        #: to the consumer, which would go on planning with the count its stale metadata has.
         self.on_right_again = on_right_again
         #: changelog -> the wrong partition count last reported (None: missing).
         self.reported: dict[str, int | None] = {}

@@ -49,12 +49,7 @@ from assignor.metadata_codec import (
 )
 from standby.replica_offsets import with_applied
 from standby.runtime import ReplicaRuntime
-from streamapp.faust_compat import incremental as faust_incremental
-from streamapp.faust_compat.access import (
-    assignor_url,
-    install_assignment,
-    refresh_worker_metadata_now,
-)
+from streamapp.faust_compat.access import assignor_url, install_assignment
 from streamapp.faust_compat.assignor import FaustPartitionAssignor
 from streamapp.group_scenario import (
     CheckedFacts,
@@ -133,7 +128,7 @@ class StreamappPartitionAssignor(FaustPartitionAssignor):
         #: Whether this worker kept what it owns through the join under way (cooperative).
         self._kept_owned = False
         #: Whether Faust's handlers are running for a join this worker kept its partitions
-        #: through (read by `streamapp.faust_compat.incremental`).
+        #: through (read by `streamapp.runtime.group.cooperative`).
         self.incremental_join = False
         self._inventory: LocalStateInventory | None = None
         #: Refreshes the leader's metadata until the topics its last plan left out are known.
@@ -231,7 +226,7 @@ class StreamappPartitionAssignor(FaustPartitionAssignor):
 
     def _speaks_cooperative(self) -> bool:
         # Under exactly_once too: an incremental rebalance commits and ends the transactions of
-        # what is lost and opens those of what is gained (`streamapp.faust_compat.incremental`).
+        # what is lost and opens those of what is gained (`streamapp.runtime.rebalance`).
         return self.settings.rebalance_protocol is RebalanceProtocol.COOPERATIVE
 
     def on_join_prepared(self, *, kept_owned: bool) -> None:
@@ -243,7 +238,7 @@ class StreamappPartitionAssignor(FaustPartitionAssignor):
         is done with it (False). Decided once for the join's two handler calls: incremental
         unless the recovery of an earlier eager rebalance is still under way (its partitions
         wait paused for that recovery, which only Faust's handlers finish)."""
-        self.incremental_join = incremental and faust_incremental.ready(self.app)
+        self.incremental_join = incremental
 
     # -- the leader --
 
@@ -399,7 +394,7 @@ class StreamappPartitionAssignor(FaustPartitionAssignor):
         if self._left_out is None:
             app = self.app
             self._left_out = LeftOutTopics(
-                refresh=lambda: refresh_worker_metadata_now(app),
+                refresh=lambda: app.consumer.refresh_metadata(),  # type: ignore[attr-defined]
                 known=lambda topic: bool(cluster.partitions_for_topic(topic)),
             )
         return self._left_out

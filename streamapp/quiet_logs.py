@@ -2,24 +2,24 @@
 
 Faust, mode and aiokafka log each step of their machinery at INFO: every service's
 ``Starting...`` and ``Stopping...``, tables of subscribed topics and partition sets, each join
-and sync of the group, recovery's offset tables. aiokafka logs a normal rebalance as a WARNING
-(``Heartbeat failed for group ... because it is rebalancing``), and Faust logs the seek it
-tries while a rebalance has taken the partitions away as another (``exception performing seek
-when flow not active IllegalStateError...``). About 130 lines came before a worker was ready.
+and sync of the group. aiokafka logs a normal rebalance as a WARNING (``Heartbeat failed for
+group ... because it is rebalancing``), and a commit the group refused while it rebalances as
+an ERROR.
 
 `install` demotes those records to DEBUG, in this one place, as they are made (a log record
 factory): a handler at INFO drops them, ``-l debug`` shows them all as before. Nothing else
 changes level: any other warning or error of those libraries, and streamapp's own lines
 (``planned generation``, ``restoring actives``, ``processing resumed``), stay as they were, and
-so do Faust's ``Worker ready`` and the worker's own start and stop. `CHATTER` lists what is
+so do ``Worker ready`` and the worker's own start and stop. `CHATTER` lists what is
 demoted.
 
 Some lines are chatter only about some topics: those a line of streamapp's own explains
 (`explained_topics`, a table's changelog, which `streamapp.changelog_watch` names in one
 WARNING with what to do). aiokafka says "Topic ... not found in cluster metadata" at ERROR at
 each metadata answer without the topic, and its producer, while it holds a record for a
-partition that is gone, asks again every ``retry_backoff_ms`` (transport fix 22; before it,
-at once: one to two thousand lines a second, which buried the watch's line).
+partition that is gone, asks again every ``retry_backoff_ms``
+(`streamapp.runtime.producer.refresh_spacing`; aiokafka alone asks at once: one to two thousand
+lines a second, which buried the watch's line).
 `TOPIC_CHATTER` lists those lines; about any other topic (a source topic deleted, where
 aiokafka's line is the only word) they stay as they were.
 """
@@ -48,24 +48,13 @@ CHATTER: dict[str, tuple[str, ...]] = {
         # At ERROR for a commit refused while the group rebalances (unknown member, illegal
         # generation, rebalance in progress): routine under the cooperative protocol, whose
         # members process on through every join. streamapp says it at INFO and sends the
-        # offsets again (transport fix 20, `Consumer._commit_offsets`).
+        # offsets again (`streamapp.runtime.commits`).
         r"OffsetCommit failed for group %s due to group error",
     ),
-    # Faust's services and streamapp's subclasses of them (streamapp.faust_compat).
+    # Faust's services and streamapp's own (streamapp.runtime).
     "": (
-        r"Executing _on_partitions_assigned",
-        r"opening partition",
-        r"generation id .* app consumers id",
-        r"Closing rocksdb on stop",
-        r"\[\^-*Consumer\]: exception performing seek when flow not active IllegalStateError",
-        # Recovery's tables of offsets, and its steps between assigned and resumed.
-        r"\[\^-*Recovery\]: (Highwater for|%s offsets at|\w+ offsets at start)",
-        r"\[\^-*Recovery\]: (Recovery complete|Starting standby partitions)",
-        # Said by streamapp's "processing resumed after ..." line, which follows them.
-        r"\[\^-*Recovery\]: (Resuming flow|Restore complete|Seek stream partitions)",
         r"\[\^-*Conductor\]: Waiting for",
         r"\[\^-*Producer\]: (Creating topic|Topic .* created)",
-        r"\[\^-*Consumer\]: Consumer shutting down",
         r"\[\^-*App\]: (Wait for streams|Flush producer buffer)",
         r"\[\^Worker\]: (Ready|Gathering|Closing event loop)",
         # Every service's lifecycle, under whichever module's logger it runs; the worker's

@@ -15,7 +15,7 @@ from standby.runtime import ReplicaRuntime, by_topic
 from streamapp import group_fetch, group_page
 from streamapp.bad_records import bad_records_of
 from streamapp.faust_compat.access import assignor_url
-from streamapp.faust_compat.transport import Consumer
+from streamapp.runtime.consumer import Consumer
 
 
 def assignment_view(app: Any) -> dict[str, Any]:

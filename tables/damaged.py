@@ -6,15 +6,15 @@ Faust would trip on it, each reported with one warning naming the table and the 
 
 - a store that cannot be opened or read (garbage in ``CURRENT``, a truncated ``.sst``, a missing
   ``MANIFEST``): found as the worker starts, before Faust opens any store (`set_aside_unreadable`),
-  and again whenever Faust opens a store after that (`faust_compat.recovery.Recovery`). Faust itself
+  and again whenever Faust opens a store after that (`streamapp.runtime.tables`). Faust itself
   would raise RocksDB's ``Corruption`` on every restart;
 - a store whose persisted offset lies beyond its changelog's end, as when the changelog topic was
-  deleted and recreated (`offset_beyond_end`, applied in `faust_compat.recovery.Recovery`). Faust's
+  deleted and recreated (`offset_beyond_end`, applied in `streamapp.runtime.tables`). Faust's
   recovery raises ``ConsistencyError`` on every restart; where its check does not fire (a
   changelog holding one record) it silently seeks past the records it lacks;
 - a store whose changelog lost records it still needs, as after retention or DeleteRecords moved
   the log start past its offset (`records_missing_before_start`, applied in
-  `faust_compat.recovery.Recovery`). Faust would seek to the log start and lay what remains
+  `streamapp.runtime.tables`). Faust would seek to the log start and lay what remains
   over state the deleted records had overwritten;
 - a store of a partition the changelog no longer has (`beyond_partition_count`).
 

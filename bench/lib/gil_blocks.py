@@ -23,9 +23,9 @@ BLOCKS: list[tuple[str, tuple[str, ...]]] = [
     ("table write", ("Table.__setitem__ (streamapp/faust_compat/encode_once.py)",)),
     ("a wake-up's records taken (_take)", ("_take (streamapp/batches.py)",)),
     ("ack per batch", ("ack_batch (streamapp/faust_compat/batch_stream.py)",)),
-    ("hand-out (wait_first)", ("Consumer.wait_first (streamapp/faust_compat/transport.py)",)),
-    ("Faust's getmany", ("Consumer.getmany (streamapp/faust_compat/transport.py)",)),
-    ("Faust's _drain_messages, rest", ("Consumer._drain_messages (faust/transport/consumer.py)",)),
+    ("hand-out (fetch loop)", ("FetchLoop._hand_out (streamapp/runtime/loop.py)",)),
+    ("fetch loop, rest", ("FetchLoop._round (streamapp/runtime/loop.py)",)),
+    ("Faust's conductor, rest", ("on_message (faust/transport/conductor.py)",)),
     ("the agent, rest", ("Agent._execute_actor (faust/agents/agent.py)",)),
     ("the producer's sender", ("(aiokafka/producer/sender.py)",)),
 ]

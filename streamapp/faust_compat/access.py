@@ -12,48 +12,6 @@ from typing import Any
 from faust.assignor.client_assignment import ClientAssignment
 
 
-def group_coordinator(app: Any) -> Any | None:
-    """aiokafka's GroupCoordinator of the app's consumer, or None before it exists.
-
-    Faust's ``Consumer._thread`` (its consumer thread), its ``_consumer`` (the AIOKafkaConsumer)
-    and aiokafka's ``AIOKafkaConsumer._coordinator``.
-    """
-    try:
-        coordinator: Any = app.consumer._thread._consumer._coordinator
-    except AttributeError:
-        return None
-    return coordinator
-
-
-def request_rejoin(app: Any) -> None:
-    """Ask the group to rebalance, on the consumer thread that owns the coordinator."""
-    thread = app.consumer._thread
-    coordinator = thread._consumer._coordinator
-    thread.thread_loop.call_soon_threadsafe(coordinator.request_rejoin)
-
-
-def refresh_worker_metadata(app: Any) -> None:
-    """Ask the app's worker consumer, on its consumer thread, for fresh cluster metadata
-    (Faust's ``Consumer._thread``, its ``_consumer`` and aiokafka's ``AIOKafkaConsumer._client``).
-
-    Its view of a topic deleted and created again is not refreshed before its metadata max age
-    (minutes) unless one of its own requests fails on the topic; offsets are asked on a
-    connection of their own (transport fix 14), so none does. Fresh metadata lets aiokafka see
-    the topic's partitions again and rejoin the group, and a leader plan with them. Asked as
-    the offsets reader finds a topic unknown or back (`unknown_topics`), and by the changelog
-    watch as a changelog is right again. Safe from any thread."""
-    thread = app.consumer._thread
-    client = thread._consumer._client
-    thread.thread_loop.call_soon_threadsafe(client.force_metadata_update)
-
-
-async def refresh_worker_metadata_now(app: Any) -> None:
-    """Fresh cluster metadata for the app's worker consumer, awaited; on its consumer thread's
-    loop only (the leader's plan runs there). The same internals as `refresh_worker_metadata`.
-    """
-    await app.consumer._thread._consumer._client.force_metadata_update()
-
-
 def consumer_if_created(app: Any) -> Any | None:
     """The app's consumer if Faust created it, without creating one (``App._consumer``)."""
     consumer: Any = app._consumer

@@ -1,8 +1,8 @@
 """The worker's Kafka clients in Faust's aiokafka driver: streamapp's own consumer and producer.
 
-Faust's driver builds aiokafka's ``AIOKafkaConsumer`` in
-``AIOKafkaConsumerThread._create_worker_consumer`` and its ``AIOKafkaProducer`` in
-``Producer._new_producer``, from the class its ``_producer_type`` names. A worker's are
+Faust's driver builds aiokafka's ``AIOKafkaConsumer`` for its consumer thread and its
+``AIOKafkaProducer`` in ``Producer._new_producer``, from the class its ``_producer_type`` names.
+A worker's are
 streamapp's instead, `streamapp.runtime.group.consumer.WorkerConsumer` and
 `streamapp.runtime.producer.client.WorkerProducer`, built here with the arguments Faust's
 driver gives its own (`worker_consumer_options`), except:
@@ -18,10 +18,10 @@ driver gives its own (`worker_consumer_options`), except:
 aiokafka's classes are left as they are: only these two are streamapp's. Faust's threaded
 producer (``producer_threaded``) builds aiokafka's own.
 
-Faust internals: ``AIOKafkaConsumerThread._create_worker_consumer`` (overridden in
-`streamapp.faust_compat.transport.ConsumerThread`) and ``Producer._producer_type`` (overridden
-in `Producer`), listed in `streamapp.faust_compat.PRIVATE_NAMES`.
-Tests: tests/unit/streamapp/faust_compat/test_transport.py,
+The consumer is built by `streamapp.runtime.clients` for the fetch loop. Faust internal:
+``Producer._producer_type`` (overridden in `Producer`), listed in
+`streamapp.faust_compat.PRIVATE_NAMES`.
+Tests: tests/unit/streamapp/runtime/test_clients.py,
 tests/unit/streamapp/runtime/test_stock_classes.py.
 """
 

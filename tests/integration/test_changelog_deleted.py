@@ -28,10 +28,11 @@ WRONG = f"streamapp: changelog {CHANGELOG} of table counts has 2 partitions inst
 RIGHT = f"streamapp: changelog {CHANGELOG} of table counts is right again (4 partitions)"
 #: aiokafka's line for a topic its metadata does not find, at ERROR. The worker consumer says it
 #: at each of its metadata refreshes while the changelog is missing, and its producer, holding a
-#: record for a partition that is gone, asks for metadata again every retry_backoff_ms (transport
-#: fix 22; before it, at once: 57 lines in 50 ms in one run, a thousand a second in another). The
-#: changelog watch's one line says what is wrong and what to do, so for a watched changelog
-#: these are DEBUG (streamapp.quiet_logs), not in a worker's log at INFO.
+#: record for a partition that is gone, asks for metadata again every retry_backoff_ms
+#: (streamapp.runtime.producer.refresh_spacing; aiokafka alone asks at once: 57 lines in 50 ms
+#: in one run, a thousand a second in another). The changelog watch's one line says what is
+#: wrong and what to do, so for a watched changelog these are DEBUG (streamapp.quiet_logs), not
+#: in a worker's log at INFO.
 NOT_FOUND = f"Topic {CHANGELOG} not found in cluster metadata"
 
 

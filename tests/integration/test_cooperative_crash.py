@@ -44,7 +44,7 @@ ROUND = re.compile(
     r"partition\(s\), giving up (?P<lost>.*), gaining (?P<gained>.*)",
     re.DOTALL,
 )
-#: `streamapp.faust_compat.incremental`'s entry for the transactional producers it stops.
+#: `streamapp.runtime.rebalance`'s entry for the transactional producers it stops.
 STOPPED = "transactional producers stopped for "
 
 
@@ -140,7 +140,7 @@ def rounds(text: str) -> list[re.Match[str]]:
 def partitions_of(text: str, topic: str) -> set[int]:
     """The partitions of ``topic`` in a logged set of partitions: a table of Faust's log
     formatter (``| topic | {1, 3-5} |``), streamapp's one-line form (``topic 1, 3-5; other 2``,
-    `streamapp.faust_compat.incremental.partitions_text`), or aiokafka TopicPartitions."""
+    `streamapp.runtime.partitions_text`), or aiokafka TopicPartitions."""
     found: set[int] = set()
     listings = re.findall(rf"\|\s*{re.escape(topic)}\s*\|\s*\{{([\d, -]*)\}}\s*\|", text)
     listings += re.findall(rf"(?<![\w-]){re.escape(topic)} (\d+(?:-\d+)?(?:, \d+(?:-\d+)?)*)", text)

@@ -2,19 +2,18 @@
 of tests/integration/apps/cooperative.py, scaled out from two workers to three while events
 queue up in their streams.
 
-A worker that gives partitions up rejoins at once, so the second rebalance's handlers begin
-while the first one's recovery pass is still under way. Here every pass waits a few seconds
-before it starts (the app's recovery delay), and a rebalance's table step waits until the
-pass of the rebalance before it is over (as a slow store open or close did in the ad-click
-demo): that pass completes inside the next rebalance's handlers, before their recovery signal.
-It ended the rebalance there, and the next pass's flow-control resume emptied the queues of
-the partitions kept flowing: those records were never processed, and every later commit of
-their partitions stopped at the first of them (the demo's worker-1 processed on and never
-committed again; `streamapp.faust_compat.incremental`).
+A worker that gives partitions up rejoins at once, so the second rebalance begins while the
+first one's restore is still under way. Here every restore waits a few seconds before it
+starts (the app's recovery delay), so the next rebalance's steps run while it is pending, and
+its gained partitions join it. Under Faust's own recovery the first pass then completed inside
+the next rebalance's handlers, whose flow-control resume emptied the queues of the partitions
+kept flowing: those records were never processed, and every later commit of their partitions
+stopped at the first of them (the ad-click demo's worker-1 processed on and never committed
+again).
 
-Checked: the overlap was built (some table step waited for a pass, which ended meanwhile),
-every offset was processed and the table is exact, and the group's committed offsets reach
-the end of every partition.
+Checked: the overlap was built (some rebalance's table step found the restore before it under
+way, and that restore completed after it began), every offset was processed and the table is
+exact, and the group's committed offsets reach the end of every partition.
 """
 
 from __future__ import annotations
@@ -109,8 +108,8 @@ def test_overlapping_rebalances_lose_no_record_and_commit_everything(group: Grou
     group.wait("w3 to take its share, every event processed", group.settled)
     group.wait("every event committed", group.all_committed)
 
-    # The overlap was built: a table step waited for the pass of the rebalance before it,
-    # which completed while it waited (inside the next rebalance's handlers).
+    # The overlap was built: a table step found the restore of the rebalance before it under
+    # way, and that restore completed after the next rebalance began.
     logs = {name: group.log(name) for name in group.workers}
     overtaken = [
         name for name, entries in logs.items() if any(e["ev"] == "pass_over" for e in entries)

@@ -10,7 +10,7 @@ it nothing, so its incremental rebalances ran no recovery: its replicas stayed p
 table manager pauses every changelog partition as a rebalance begins and leaves the standbys to
 the recovery that follows), or were resumed past records the fetch loop had dropped as that
 pause came. They never caught up, the group asked for a follow-up every 2 s for good, and the
-worker never got its partitions back (`streamapp.faust_compat.recovery`).
+worker never got its partitions back (`streamapp.runtime.rebalance`).
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""The fetch loop's eager hand-out (streamapp.faust_compat.eager_hand_out) on a real broker.
+"""The fetch loop's hand-out of a round's records in one step (streamapp.runtime.loop), on a
+real broker.
 
 One `streamapp worker` of apps/eager_counter.py (exactly_once) counts events per key and sends
 each key's new count, and is killed with SIGKILL while it processes, then restarted on the same

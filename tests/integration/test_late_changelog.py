@@ -5,8 +5,8 @@ What a worker meets when Faust's creation of a changelog at startup comes after 
 first metadata request (seen under load in the joins tests): the group's leader plans without
 the topic ("has no partitions (yet); left out"), and its metadata lists the topic with 0
 partitions. Asserted: the records written to the table meanwhile are not refused for a
-changelog "of 0 partitions" (transport fix 26: they wait for the topic), and once the topic
-exists the leader's metadata learns of it and the group plans with it
+changelog "of 0 partitions" (they wait for the topic, streamapp.runtime.producer.partition_wait),
+and once the topic exists the leader's metadata learns of it and the group plans with it
 (`streamapp.left_out_topics`), so each worker's global table gets what the other wrote. Before
 either, the leader skipped those records (PartitionsMismatch), and the changelog stayed
 unassigned until the leader's metadata max age (five minutes).

@@ -1,6 +1,5 @@
 """A worker's producer holding a record for a partition that is gone asks for metadata a
-backoff apart, not as fast as the broker answers (transport fix 22,
-streamapp.runtime.producer.refresh_spacing).
+backoff apart, not as fast as the broker answers (streamapp.runtime.producer.refresh_spacing).
 
 The producer sends a record to partition 3 of a topic after the topic was deleted (its metadata
 still has the partition, so the record is taken and held): first while the topic is missing,

@@ -1,9 +1,9 @@
-"""A queue cleared while the flow runs on loses nothing (transport fix 27), on a real broker: a
-real `streamapp worker` of tests/integration/apps/queue_clear.py, under the cooperative
+"""A queue cleared while the flow runs on loses nothing (streamapp.runtime.flow), on a real
+broker: a real `streamapp worker` of tests/integration/apps/queue_clear.py, under the cooperative
 protocol, whose agent empties its own queue once as it processes an early record.
 
 Nothing seeks a partition that keeps flowing (under the cooperative protocol, one kept through
-a rebalance), so before fix 27 the records dropped there were never processed, and the
+a rebalance), so without the hand-out ledger the records dropped there were never processed, and the
 partition's commits stopped at the first of them for good (the cooperative demo's worker-1).
 
 Checked: the clear dropped records (the premise), every offset was processed exactly once (a
@@ -129,7 +129,7 @@ def test_queues_cleared_in_a_cooperative_rebalance_lose_nothing(
         entries = {name: read_log(logs / f"{name}.jsonl") for name in g.workers}
         check_nothing_lost(g, entries.values())
         # The premise: a worker that kept partitions through w3's join had records queued
-        # when it emptied its queues, and fix 27 sent those partitions back.
+        # when it emptied its queues, and the fetch loop handed those records out again.
         cleared = [
             e for name in marks for e in entries[name][marks[name] :] if e["ev"] == "cleared"
         ]

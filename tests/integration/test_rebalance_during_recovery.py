@@ -2,27 +2,21 @@
 
 Real `streamapp worker` processes of tests/integration/apps/global_settings.py on a real broker,
 under the cooperative protocol. A newcomer's first join is handled the eager way (it owned
-nothing): every partition paused, and a recovery pass replays the whole global table. The
-owners give up the partitions planned for it as they learn the plan, and the follow-up round
-that hands them over comes next; while that first recovery runs, Faust's handlers take it the
-eager way too (`streamapp.faust_compat.incremental.ready`). Whether it lands during the replay
-depends on how long the replay takes; here it always does: the newcomer takes no changelog
-record until that round begins (``STREAMAPP_TEST_ONLY_HOLD_FIRST_REPLAY``,
-`streamapp.faust_compat.recovery_hold`), so the round finds records fetched and not applied,
-as it found them in a CI run. Every setting must reach the newcomer's global table, every
+nothing): its replay of the whole global table holds its source partitions. The owners give up
+the partitions planned for it as they learn the plan, and the follow-up round that hands them
+over comes next. Whether it lands during the replay depends on how long the replay takes; here
+it always does: the newcomer applies no changelog record until that round begins (the app's
+``GLOBAL_HOLD_FIRST_REPLAY``), so the round finds records fetched and not applied, as it found
+them in a CI run. Every setting must reach the newcomer's global table, every
 event its owner's table (those written after the rounds included), and no worker's
 ``/streamapp/assignment`` view may list a source partition left paused. Checked from events
 (log lines, views, the tables), never from timings.
 
-Two ways this lost settings, both fixed: positions carried over into the join taken the eager
-way (the newcomer held 5901 of 10,000; `streamapp.runtime.group.cooperative`), and the first
-pass, cut short by the round, resuming the flow before the new pass had sought the changelogs:
-the fetch loop dropped their first records below Faust's read marks of the first pass, and set
-new marks from them after the new pass's seek (9600 of 10,000, in 2 of 7 runs; transport fix
-29). The first failed every time without its fix, the second only when the records in hand and
-the new pass's seek crossed; unit tests fail every time without either
-(tests/unit/streamapp/faust_compat/test_cooperative_join.py,
-tests/unit/streamapp/test_hand_out.py).
+Under Faust's own recovery this lost settings two ways: positions carried over into a join
+taken the eager way (the newcomer held 5901 of 10,000), and a first pass cut short by the round
+resuming the flow before the new pass had sought the changelogs (9600 of 10,000, in 2 of 7
+runs). streamapp's fetch loop applies a replay's records and runs the round's steps one after
+the other, in one task (`streamapp.runtime.loop`).
 """
 
 from __future__ import annotations
@@ -31,16 +25,16 @@ from collections.abc import Iterator
 
 import pytest
 
-from streamapp.faust_compat.recovery_hold import ENV as HOLD_ENV
-
+from .apps.global_settings import HOLD_FIRST_REPLAY_ENV as HOLD_ENV
+from .apps.global_settings import RELEASED
 from .global_group import GlobalGroup, create_topics
 
 SETTINGS = 10_000  # far more than the changelog queue holds (4096)
 EVENTS = 1000
 #: The newcomer's log line as it hears a cooperative round (its first join is eager: not logged).
 SECOND_ROUND = "streamapp: cooperative rebalance of group"
-#: The newcomer's log line as that round releases its held first replay (`recovery_hold`).
-HELD_UNTIL_THE_ROUND = "TEST ONLY: first replay released by the next rebalance"
+#: The newcomer's log line as that round releases its held first replay.
+HELD_UNTIL_THE_ROUND = RELEASED
 
 
 class Group(GlobalGroup):

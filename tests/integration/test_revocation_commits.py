@@ -8,7 +8,7 @@ work; counts came out too high. The app here commits on a timer once an hour, so
 revocation's commit the second worker's arrival would count every event twice.
 
 Run under each protocol, given explicitly: eager (everything revoked, Faust's handler) and
-cooperative (only the partitions that move are revoked, streamapp.faust_compat.incremental).
+cooperative (only the partitions that move are revoked, streamapp.runtime.rebalance).
 
 The check ends on a marker record sent to each partition last: once every marker is counted,
 each partition has been processed up to its end, so a count still exact then is final.

@@ -6,8 +6,8 @@ cleared on resume). aiokafka's ``seek_to_committed`` does not move a partition w
 offset is missing or 0, so a worker that had fetched past such records kept going from there and
 they were never processed: in the ad-click demo under load, a worker that took partitions from
 the first one (which had not committed yet) skipped ~130 impressions a partition, and their
-attributions were missing. Run against the session's real broker and a real group member; only
-the worker around the consumer is reduced to the three settings the seek reads.
+attributions were missing. Run against the session's real broker and a real group member, with
+the seek a rebalance makes of the stream partitions it gains (`streamapp.runtime.positions`).
 
 The same seek names the records of a partition whose committed offset lies below its log start
 (deleted by retention or DeleteRecords before the group read them): aiokafka resets it to the
@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -27,23 +26,10 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, RecordsToDelete
 from aiokafka.structs import OffsetAndMetadata
 
-from streamapp.faust_compat.transport import ConsumerThread
+from streamapp.runtime import positions
 from streamapp.testing.kafka_io import create_topic
 
 RECORDS = 20
-
-
-def _thread(consumer: AIOKafkaConsumer, changelogs: set[str]) -> Any:
-    # The consumer thread's seek runs on its aiokafka consumer and reads these settings only.
-    thread: Any = object.__new__(ConsumerThread)
-    thread._consumer = consumer
-    thread.log = logging.getLogger(__name__)
-    thread.app = SimpleNamespace(
-        tables=SimpleNamespace(changelog_topics=changelogs),
-        topics=SimpleNamespace(acks_enabled_for=lambda topic: topic not in changelogs),
-        conf=SimpleNamespace(consumer_auto_offset_reset="earliest"),
-    )
-    return thread
 
 
 async def _scenario(bootstrap: str) -> dict[str, Any]:
@@ -82,7 +68,10 @@ async def _scenario(bootstrap: str) -> dict[str, Any]:
             if all([await consumer.position(tp) == RECORDS for tp in tps]):
                 break
         before = {str(tp): await consumer.position(tp) for tp in sorted(tps)}
-        committed = await _thread(consumer, {changelog})._seek_to_committed_or_reset()
+        # The gained stream partitions, as a rebalance seeks them; table recovery and standbys
+        # place changelog partitions themselves.
+        streams = [TopicPartition(source, 0), TopicPartition(source, 1)]
+        committed = await positions.seek_to_committed(consumer, streams, "earliest")
         after = {str(tp): await consumer.position(tp) for tp in sorted(tps)}
         again = await consumer.getmany(TopicPartition(source, 0), timeout_ms=2000)
         return {
@@ -147,7 +136,7 @@ async def _deleted_scenario(bootstrap: str) -> dict[str, Any]:
             await admin.delete_records({tp: RecordsToDelete(12)})
         finally:
             await admin.close()
-        await _thread(consumer, set())._seek_to_committed_or_reset()
+        await positions.seek_to_committed(consumer, [tp], "earliest")
         first = None
         for _ in range(100):
             fetched = await consumer.getmany(tp, timeout_ms=200)
@@ -162,13 +151,13 @@ async def _deleted_scenario(bootstrap: str) -> dict[str, Any]:
 def test_records_deleted_before_the_group_read_them_are_named(
     kafka_bootstrap: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with caplog.at_level(logging.WARNING, logger="streamapp.faust_compat.transport"):
+    with caplog.at_level(logging.WARNING, logger="streamapp.runtime.positions"):
         r = asyncio.run(_deleted_scenario(kafka_bootstrap))
     # aiokafka resets the position to the log start: records 5..11 are never read...
     assert r["first"] == 12
     # ...and the worker says so, once, naming them.
     warnings = [
-        rec.getMessage() for rec in caplog.records if rec.name == "streamapp.faust_compat.transport"
+        rec.getMessage() for rec in caplog.records if rec.name == "streamapp.runtime.positions"
     ]
     assert len(warnings) == 1
     assert "[0]: records 5 to 11 were deleted (retention or DeleteRecords)" in warnings[0]

@@ -27,6 +27,7 @@ from aiokafka.consumer.group_coordinator import GroupCoordinator
 
 from streamapp import App
 from streamapp.group_read import describe_group
+from streamapp.runtime import clients
 from streamapp.runtime.group.consumer import WorkerConsumer
 from streamapp.runtime.group.coordinator import Coordinator
 from streamapp.runtime.producer.client import WorkerProducer
@@ -97,7 +98,7 @@ async def test_plain_clients_beside_a_worker_s_behave_as_aiokafka_s(
     # The worker's clients, as its transport builds them; the producer runs, and a worker
     # consumer runs in a group of its own.
     worker_producer = app.producer._new_producer()  # type: ignore[attr-defined]
-    built = app.consumer._thread._create_worker_consumer(app.transport)  # type: ignore[attr-defined]
+    built = clients.worker_consumer(app, app.transport)
     assert isinstance(worker_producer, WorkerProducer) and isinstance(built, WorkerConsumer)
     worker_consumer = WorkerConsumer(
         topic,

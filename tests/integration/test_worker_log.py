@@ -132,5 +132,5 @@ def test_a_rebalance_is_a_few_lines_and_debug_keeps_everything(
     # The same records at -l debug: demoted, not dropped.
     debug = chatty.log_path.read_text(errors="replace")
     assert "[DEBUG] Setting newly assigned partitions" in debug
-    assert "[DEBUG] [^---Recovery]: Highwater for" in debug
+    assert "[DEBUG] [^--Producer]: Creating topic" in debug
     assert "streamapp: rebalanced (plan generation" in debug

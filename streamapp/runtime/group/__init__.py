@@ -69,6 +69,10 @@ PRIVATE_NAMES: dict[str, tuple[str, ...]] = {
         "_rebalance_timeout_ms",
         "_max_poll_interval_ms",
     ),
+    "aiokafka.consumer.fetcher:Fetcher": (
+        # consumer.fetch_wait_ms: the wait each fetch request is built with, read per request
+        "_fetch_max_wait_ms",
+    ),
     "aiokafka.consumer.group_coordinator:GroupCoordinator": (
         "_send_req",  # join_answers: the request an answer is for; static_membership: v3
         "_do_rejoin_group",  # join_answers: error answers caught around one join

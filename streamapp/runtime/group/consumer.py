@@ -111,6 +111,40 @@ class WorkerConsumer(aiokafka.AIOKafkaConsumer):  # type: ignore[misc]
                     # Assigned before the start: aiokafka's ``assign`` left this task to it.
                     self._coordinator.start_commit_offsets_refresh_task(subscription.assignment)
 
+    @property
+    def fetch_wait_ms(self) -> int:
+        """How long a fetch request waits for records at the broker (aiokafka's
+        ``fetch_max_wait_ms``, read as each request is built)."""
+        fetcher = self._fetcher
+        wait = self._fetch_max_wait_ms if fetcher is None else fetcher._fetch_max_wait_ms
+        return int(wait)
+
+    @fetch_wait_ms.setter
+    def fetch_wait_ms(self, wait_ms: int) -> None:
+        fetcher = self._fetcher
+        if fetcher is not None:
+            fetcher._fetch_max_wait_ms = wait_ms
+
+    def membership(self) -> tuple[str | None, int]:
+        """This member's id and generation in its group (None, -1: not in one yet)."""
+        coordinator = self._coordinator
+        if coordinator is None or self._group_id is None:
+            return None, -1
+        member_id = coordinator.member_id
+        generation = coordinator.generation
+        return (member_id or None), int(generation if generation is not None else -1)
+
+    def request_rejoin(self) -> None:
+        """Ask the group to rebalance (a follow-up rebalance)."""
+        coordinator = self._coordinator
+        if coordinator is not None and self._group_id is not None:
+            coordinator.request_rejoin()
+
+    async def refresh_metadata(self) -> None:
+        """Fresh cluster metadata (a topic created, deleted or resized since it last asked)."""
+        with self.client_log.scope():
+            await self._client.force_metadata_update()
+
     async def stop(self) -> None:
         with self.client_log.scope():
             await super().stop()

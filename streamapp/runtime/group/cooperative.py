@@ -19,7 +19,7 @@ goes through a join as KIP-429 says instead:
   anything rejoins at once: its next metadata no longer claims what it gave up, and the leader
   hands that to its new owner. Between the two listener calls the assignors are told
   (``on_incremental_join``), so that Faust's handlers go incremental
-  (`streamapp.faust_compat.incremental`).
+  (`streamapp.runtime.rebalance`).
   Delete the carry-over when aiokafka keeps the state of partitions an assignment keeps.
 
 After each join of a worker whose group runs cooperative, its heartbeats are prompt for a moment
@@ -126,7 +126,7 @@ class CooperativeJoin(PromptHeartbeats):
         # next heartbeat, which comes soon, and even while their own handlers below run.
         self.start_prompt_heartbeats()
         # Faust's handlers go incremental for this join's two listener calls (see
-        # `streamapp.faust_compat.incremental`).
+        # `streamapp.runtime.rebalance`).
         _mark_incremental(assignors, True)
         incrementally = _handled_incrementally(assignors)
         try:

@@ -5,8 +5,8 @@ key's count in the changelog table ``counts`` and sends ``<seq>:<new count>`` to
 ``<app id>-counts`` with a plain ``Topic.send`` (under exactly_once in the transaction of the
 batch's partition, `streamapp.faust_compat.sends`). The agent reads its stream with
 `streamapp.batches.batches`. ``GET /counts/`` serves this worker's counts and the batches it
-processed (how many, the largest) and the records handed out a partition at a time (transport
-fix 28). Environment: ``BATCH_APP_ID``, ``BATCH_GUARANTEE``.
+processed (how many, the largest) and the records handed out a partition at a time.
+Environment: ``BATCH_APP_ID``, ``BATCH_GUARANTEE``.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 
 from streamapp import App
 from streamapp.batches import batches
-from streamapp.faust_compat.transport import Consumer
+from streamapp.runtime.consumer import Consumer
 
 APP_ID = os.environ.get("BATCH_APP_ID", "it-batch")
 GUARANTEE = os.environ.get("BATCH_GUARANTEE", "exactly_once")
@@ -62,6 +62,6 @@ async def count_events(stream: Any) -> None:
 @app.page("/counts/")
 async def get_counts(web: Any, request: Any) -> Any:
     consumer = app.consumer
-    # Records the fetch loop handed out a partition at a time (transport fix 28).
-    by_partition = consumer.handed_out_by_partition if isinstance(consumer, Consumer) else 0
+    # Records the fetch loop handed out a partition at a time.
+    by_partition = consumer.fetch_loop.handed_out if isinstance(consumer, Consumer) else 0
     return web.json({"counts": dict(counts.items()), "by_partition": by_partition, **processed})

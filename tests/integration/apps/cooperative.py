@@ -24,11 +24,11 @@ from streamapp import App
 APP_ID = os.environ.get("COOP_APP_ID", "it-coop")  # the upgrade test runs its own group
 PARTITIONS = 6
 TOPIC = f"{APP_ID}-events"
-#: The overlap test's knobs (tests/integration/test_cooperative_overlap.py): each recovery pass
-#: waits this long before it starts (Faust's stream_recovery_delay), so that the next rebalance
-#: begins while it is under way; the agent takes this long over each event, so that the streams'
-#: queues hold records through the rebalances; and a rebalance's table step waits until the pass
-#: of the rebalance before it is over, as a slow store open or close makes it wait in the demo.
+#: The overlap test's knobs (tests/integration/test_cooperative_overlap.py): each restore waits
+#: this long before it starts (Faust's stream_recovery_delay), so that the next rebalance begins
+#: while it is under way; the agent takes this long over each event, so that the streams' queues
+#: hold records through the rebalances; and a rebalance's table step notes whether the restore
+#: of the rebalance before is still under way, and when it is over.
 RECOVERY_DELAY_S = float(os.environ.get("COOP_RECOVERY_DELAY_S", "0"))
 EVENT_DELAY_S = float(os.environ.get("COOP_EVENT_DELAY_S", "0"))
 HOLD_TABLE_STEP = os.environ.get("COOP_HOLD_TABLE_STEP") == "1"
@@ -37,8 +37,6 @@ HOLD_TABLE_STEP = os.environ.get("COOP_HOLD_TABLE_STEP") == "1"
 #: control, while the flow runs on), as a path that clears a kept partition's queue would, and
 #: logs ``cleared`` with how many events the queues held.
 CLEAR_KEPT_QUEUES = os.environ.get("COOP_CLEAR_KEPT_QUEUES") == "1"
-#: Longest hold of a table step (a pass that cannot end before the next rebalance's own steps).
-HOLD_LIMIT_S = 30.0
 
 app = App(
     APP_ID,
@@ -137,23 +135,29 @@ async def keep_latest(stream: Any) -> None:
             await asyncio.sleep(EVENT_DELAY_S)
 
 
-async def _table_step_after_the_last_pass(*args: Any, **kwargs: Any) -> None:
-    """The table's rebalance step, once the recovery pass of the rebalance before is over
-    (``held``: one was under way; ``pass_over``: it ended while this step waited)."""
-    recovery = app.tables.recovery
-    if recovery.incremental_pass:
+_overlapped = [False]
+
+
+async def _table_step_noting_a_restore_under_way(*args: Any, **kwargs: Any) -> None:
+    """The table's rebalance step, noting ``held`` when the restore of the rebalance before is
+    still under way (this rebalance's partitions join it), and ``pass_over`` once that restore
+    completes, after this rebalance began."""
+    if app.tables.recovery.in_recovery:  # type: ignore[attr-defined]
         _write({"ev": "held"})
-        deadline = time.monotonic() + HOLD_LIMIT_S
-        while recovery.incremental_pass and time.monotonic() < deadline:
-            await asyncio.sleep(0.02)
-        if not recovery.incremental_pass:
-            _write({"ev": "pass_over"})
+        _overlapped[0] = True
     await _table_step(*args, **kwargs)
+
+
+@app.on_rebalance_complete.connect
+async def _restore_over(sender: Any, **kwargs: Any) -> None:
+    if _overlapped[0]:
+        _overlapped[0] = False
+        _write({"ev": "pass_over"})
 
 
 _table_step = latest.on_rebalance
 if HOLD_TABLE_STEP:
-    latest.on_rebalance = _table_step_after_the_last_pass  # type: ignore[method-assign]
+    latest.on_rebalance = _table_step_noting_a_restore_under_way  # type: ignore[method-assign]
 
 
 @app.page("/latest/")

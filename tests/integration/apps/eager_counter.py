@@ -12,8 +12,8 @@ import os
 from typing import Any
 
 from streamapp import App
-from streamapp.faust_compat.transport import Consumer
 from streamapp.joins._io import send_raw
+from streamapp.runtime.consumer import Consumer
 
 APP_ID = os.environ.get("EAGER_APP_ID", "it-eager")
 PARTITIONS = 4
@@ -50,8 +50,9 @@ async def count_events(stream: Any) -> None:
 @app.page("/counts/")
 async def get_counts(web: Any, request: Any) -> Any:
     consumer = app.consumer
-    at_once = consumer.handed_out_at_once if isinstance(consumer, Consumer) else 0
-    waiting = consumer.handed_out_waiting if isinstance(consumer, Consumer) else 0
+    # The fetch loop hands every record out itself, without a task of its own.
+    at_once = consumer.fetch_loop.handed_out if isinstance(consumer, Consumer) else 0
+    waiting = 0
     return web.json(
         {"counts": dict(counts.items()), "handed_out_at_once": at_once, "waiting": waiting}
     )

@@ -72,3 +72,41 @@ async def get_latest(web: Any, request: Any) -> Any:
 @app.page("/settings/")
 async def get_settings(web: Any, request: Any) -> Any:
     return web.json(dict(settings.items()))
+
+
+#: With this variable set to ``1``, the worker applies no changelog record of its first
+#: rebalance's replay until its next rebalance begins: the fetch loop has records of that replay
+#: in hand when the next rebalance lands, every time. For
+#: tests/integration/test_rebalance_during_recovery.py.
+HOLD_FIRST_REPLAY_ENV = "GLOBAL_HOLD_FIRST_REPLAY"
+#: What the worker logs as the next rebalance releases the held replay.
+RELEASED = "TEST ONLY: first replay released by the next rebalance"
+
+
+def _hold_first_replay() -> None:
+    import asyncio
+    import logging
+
+    tables: Any = app.tables
+    apply_records, rebalance_start = tables.apply_records, tables.on_rebalance_start
+    released = asyncio.Event()
+    rebalances = [0]
+
+    def on_rebalance_start() -> None:
+        rebalances[0] += 1
+        if rebalances[0] == 2:
+            logging.getLogger(__name__).warning("streamapp: %s", RELEASED)
+            released.set()
+        rebalance_start()
+
+    async def held_apply_records(*args: Any, **kwargs: Any) -> None:
+        if rebalances[0] == 1:
+            await released.wait()
+        await apply_records(*args, **kwargs)
+
+    tables.on_rebalance_start = on_rebalance_start
+    tables.apply_records = held_apply_records
+
+
+if os.environ.get(HOLD_FIRST_REPLAY_ENV) == "1":
+    _hold_first_replay()

@@ -1,6 +1,6 @@
 """The queue-clear test's app (tests/integration/test_queue_clear.py): one event partition whose
 records the agent counts per offset in a changelog table, and empties its own queue once while
-the flow runs on, as a path that clears a kept partition's queue would (transport fix 27).
+the flow runs on, as a path that clears a kept partition's queue would (streamapp.runtime.flow).
 
 As it reaches ``CLEAR_AT`` the agent waits until its queue holds at least ``QUEUED`` records
 (all were produced before the worker started, so the fetch loop brings them), then clears the

@@ -19,8 +19,7 @@ from mode.utils.queues import FlowControlEvent, ThrowableQueue
 
 from streamapp import App
 from streamapp.batches import Batch, BatchAbandoned, _take, batches, by_partition
-from streamapp.faust_compat.batch_stream import ack_batch
-from streamapp.faust_compat.transport import Consumer
+from streamapp.runtime.consumer import Consumer
 
 TOPIC = "sa-batches-in"
 
@@ -50,7 +49,13 @@ def _event(app: Any, partition: int, offset: int, *, generation: int | None = No
 
 
 def _committable(consumer: Any) -> dict[TP, int]:
-    return dict(consumer._filter_committable_offsets(list(consumer._acked)))
+    return dict(consumer.ledger.committable())
+
+
+def _hand_out(consumer: Any, message: Any) -> None:
+    """As the fetch loop hands a record to the conductor, and a stream takes it."""
+    consumer.ledger.handed_out(message.tp, message.offset, message)
+    consumer.track_message(message)
 
 
 def test_events_are_cut_per_partition_in_their_order(tmp_path: Path) -> None:
@@ -70,14 +75,14 @@ def test_a_batch_is_acked_once_and_commits_its_last_offset_plus_one(tmp_path: Pa
     shared = _event(app, 1, 0)
     shared.message.incref()  # read by a second stream too
     for event in [*events, shared]:
-        consumer.track_message(event.message)
-    final = ack_batch(consumer, [e.message for e in events] + [shared.message])
+        _hand_out(consumer, event.message)
+    final = consumer.ack_batch([e.message for e in events] + [shared.message])
     assert [m.offset for m in final] == list(range(10))  # the shared one is not done yet
     assert all(e.message.acked for e in events) and not shared.message.acked
     assert _committable(consumer) == {TP(TOPIC, 0): 10}
     assert set(consumer.unacked) == {shared.message}
-    assert ack_batch(consumer, [e.message for e in events]) == []  # acked once only
-    assert [m.offset for m in ack_batch(consumer, [shared.message])] == [0]
+    assert consumer.ack_batch([e.message for e in events]) == []  # acked once only
+    assert [m.offset for m in consumer.ack_batch([shared.message])] == [0]
 
 
 async def test_an_agent_gets_batches_acked_when_it_asks_for_the_next(tmp_path: Path) -> None:
@@ -90,7 +95,7 @@ async def test_an_agent_gets_batches_acked_when_it_asks_for_the_next(tmp_path: P
     first = [_event(app, p, o) for p, o in [(0, 0), (1, 0), (0, 1), (0, 2), (1, 1)]]
     stale = _event(app, 2, 0, generation=app.consumer_generation_id - 1)
     for event in [*first, stale]:
-        consumer.track_message(event.message)
+        _hand_out(consumer, event.message)
         queue.put_nowait(event)
     seen: list[tuple[Batch, Any, list[bool]]] = []
     iterator = batches(stream, max_records=100).__aiter__()
@@ -98,14 +103,13 @@ async def test_an_agent_gets_batches_acked_when_it_asks_for_the_next(tmp_path: P
         batch = await iterator.__anext__()
         # Acked only once the agent asks for the next one; the stale one unprocessed.
         seen.append((batch, faust.current_event(), [e.message.acked for e in first]))
-    assert consumer.batch_topics == {TOPIC}  # handed out without a yield per record
     assert [[e.message.offset for e in b] for b, _, _ in seen] == [[0, 1, 2], [0, 1]]
     assert seen[0][1] is first[3] and seen[1][1] is first[4]  # the batch's last event
     assert seen[0][2] == [False] * 5
     assert seen[1][2] == [True, False, True, True, False]
     assert stale.message.acked
     more = _event(app, 1, 2)
-    consumer.track_message(more.message)
+    _hand_out(consumer, more.message)
     queue.put_nowait(more)
     batch = await iterator.__anext__()
     assert [e.message.offset for e in batch] == [2]

@@ -198,7 +198,7 @@ def test_under_exactly_once_a_worker_speaks_cooperative_when_asked(
     assignor = app.assignor
     assert isinstance(assignor, StreamappPartitionAssignor)
     # Incremental rebalances end and open each partition's transaction
-    # (streamapp.faust_compat.incremental): no fallback to eager, and nothing to warn about.
+    # (streamapp.runtime.rebalance): no fallback to eager, and nothing to warn about.
     assert decode_metadata(assignor.metadata({TOPIC}).user_data).protocol == "cooperative"
     assert not [r for r in caplog.records if "exactly_once" in r.getMessage()]
 

@@ -20,7 +20,6 @@ from aiokafka.coordinator.protocol import (
     ConsumerProtocolMemberMetadata,
 )
 from faust.assignor import PartitionAssignor
-from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP
 
 from assignor.metadata_codec import (
@@ -31,9 +30,10 @@ from assignor.metadata_codec import (
     encode_assignment,
     encode_metadata,
 )
-from streamapp.faust_compat.transport import ConsumerThread
 from streamapp.group_scenario import kafka_partitions
 from streamapp.partition_assignor import PROTOCOL_NAME, StreamappPartitionAssignor
+from streamapp.runtime.commands import Commands
+from streamapp.runtime.loop import FetchLoop
 from streamapp.runtime.stores import STORE_URL
 from streamapp.settings import StreamappSettings
 from tables.inventory import OFFSET_KEY, read_persisted_offset
@@ -259,9 +259,9 @@ def test_global_tables_are_everywhere_and_not_planned(tmp_path: Path) -> None:
 async def test_the_leaders_metadata_refreshes_end_before_its_consumer_stops(
     app: faust.App, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A plan that left a topic out starts refreshes on the consumer thread's loop; stopping that
-    thread cancels them and waits until they ended, then stops the consumer (Faust's own
-    ``on_thread_stop``). Nothing is left pending on the loop, nothing asks a stopped consumer."""
+    """A plan that left a topic out starts refreshes on the worker's loop; the fetch loop's
+    close cancels them and waits until they ended, then stops the consumer. Nothing is left
+    pending on the loop, nothing asks a stopped consumer."""
     assignor = _assignor(app)
     assignor.strategy = "sticky"
     topics = ["words", CHANGELOG]
@@ -270,13 +270,13 @@ async def test_the_leaders_metadata_refreshes_end_before_its_consumer_stops(
     (refreshes,) = asyncio.all_tasks() - before  # CHANGELOG left out: refreshes started
     seen_at_consumer_stop: list[bool] = []
 
-    async def consumer_stops(self: faust_aiokafka.AIOKafkaConsumerThread) -> None:
-        seen_at_consumer_stop.append(refreshes.done())
+    class Client:
+        async def stop(self) -> None:
+            seen_at_consumer_stop.append(refreshes.done())
 
-    monkeypatch.setattr(faust_aiokafka.AIOKafkaConsumerThread, "on_thread_stop", consumer_stops)
-    thread: ConsumerThread = object.__new__(ConsumerThread)
-    thread.app = app
-    await thread.on_thread_stop()
+    fetch_loop = FetchLoop(SimpleNamespace(app=app, commands=Commands()))  # type: ignore[arg-type]
+    fetch_loop.client = Client()  # type: ignore[assignment]
+    await fetch_loop.close()
     assert seen_at_consumer_stop == [True]
     assert refreshes.cancelled()
     assert asyncio.all_tasks() == before

@@ -36,13 +36,6 @@ CHATTER = [
         "Updating subscribed topics to: %s",
         (frozenset({"t"}),),
     ),
-    (
-        "faust.transport.consumer",
-        logging.WARNING,
-        "[^--Consumer]: exception performing seek when flow not active "
-        "IllegalStateError: Partition t-0 is not assigned",
-        (),
-    ),
     ("faust.app.base", logging.INFO, "[^--Web]: Starting...", ()),
     (
         "faust.agents.agent",
@@ -50,33 +43,17 @@ CHATTER = [
         "[^---Agent: counting.counting[.]count_events]: Starting...",
         (),
     ),
-    (
-        "streamapp.faust_compat.recovery",
-        logging.INFO,
-        "[^---Recovery]: %s offsets at start of reading:\n%s",
-        ("active", "table"),
-    ),
-    (
-        "faust.tables.recovery",
-        logging.INFO,
-        "[^---Recovery]: Highwater for active changelog partitions:\n%s",
-        ("table",),
-    ),
+    ("faust.producer", logging.INFO, "[^--Producer]: Creating topic %r", ("counts",)),
     ("faust.worker", logging.INFO, "[^Worker]: Ready", ()),
 ]
 
 #: Lines a person needs, and real problems of the same libraries: left as they are.
 KEPT = [
-    ("faust.tables.recovery", logging.INFO, "[^---Recovery]: Worker ready", ()),
+    ("streamapp.runtime.rebalance", logging.INFO, "Worker ready", ()),
     ("faust.worker", logging.INFO, "[^Worker]: Starting...", ()),
     ("faust.worker", logging.INFO, "[^Worker]: Stopping...", ()),
     ("streamapp.partition_assignor", logging.INFO, "streamapp: planned generation %d", (2,)),
-    (
-        "streamapp.faust_compat.recovery",
-        logging.INFO,
-        "streamapp: processing resumed after %.2f s",
-        (0.5,),
-    ),
+    ("standby.runtime", logging.INFO, "streamapp: processing resumed after %.2f s", (0.5,)),
     (
         "aiokafka.consumer.group_coordinator",
         logging.WARNING,
@@ -90,13 +67,7 @@ KEPT = [
         "OffsetCommit failed for group %s on partition %s with offset %s: %s",
         ("g", "t-0", 5, "OffsetMetadataTooLarge"),
     ),
-    (
-        "faust.transport.consumer",
-        logging.WARNING,
-        "[^--Consumer]: exception performing seek when flow not active KafkaError",
-        (),
-    ),
-    ("faust.tables.recovery", logging.INFO, "Aborted tx until highwater for %s", ("t-0",)),
+    ("streamapp.runtime.commits", logging.INFO, "streamapp: a commit was refused (%r)", ("x",)),
 ]
 
 

@@ -17,7 +17,7 @@ import pytest
 from faust.types import TP, FutureMessage
 
 from streamapp.faust_compat import sends
-from streamapp.faust_compat.transport import Transport
+from streamapp.runtime.driver import Transport
 
 EVENTS_2 = TP("events", 2)
 

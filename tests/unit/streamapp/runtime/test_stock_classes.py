@@ -56,13 +56,15 @@ SCRIPT = textwrap.dedent(
 
     async def build():
         app = streamapp.App("stock-classes", broker="kafka://127.0.0.1:9", datadir=datadir)
+        from streamapp.runtime import clients
+
         transport = app.transport
-        thread = app.consumer._thread
-        consumer = thread._create_worker_consumer(transport)
+        consumer = clients.worker_consumer(app, transport)
+        reader = clients.offsets_reader(app, transport)
         producer = app.producer._new_producer()
         transactional = app.producer._new_producer(transactional_id="stock-classes-0")
         built = [type(c).__name__ for c in (consumer, producer, transactional)]
-        for client in (consumer, producer, transactional, thread._offsets_reader):
+        for client in (consumer, producer, transactional, reader):
             try:
                 await asyncio.wait_for(client.start(), 10)  # no broker: as far as it gets
             except Exception:

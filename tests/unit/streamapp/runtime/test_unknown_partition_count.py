@@ -1,5 +1,5 @@
-"""Transport fix 26: a topic the group's metadata does not know yet has an unknown partition
-count, not 0, so Faust's changelog check of a table does not fail the table's writes."""
+"""A topic the consumer's metadata does not know yet has an unknown partition count, not 0, so
+Faust's changelog check of a table does not fail the table's writes."""
 
 from __future__ import annotations
 
@@ -15,17 +15,19 @@ SOURCE = "customers"
 
 
 def app_with_snapshot(tmp_path: Path, snapshot: dict[str, int]) -> tuple[App, str]:
-    """An app with a table, whose consumer's group metadata snapshot is ``snapshot`` (aiokafka's
-    coordinator lists every subscribed topic, with 0 for one it has no partitions of)."""
+    """An app with a table, whose consumer's metadata is ``snapshot`` (topic -> partition
+    count; 0 for a topic it lists without partitions, as a topic created a moment ago)."""
     app = App("sa-unknown-count", datadir=str(tmp_path), topic_partitions=4)
     table = app.Table("names", default=str, partitions=4)
     changelog = table.changelog_topic.get_topic_name()
-    thread = app.consumer._thread  # type: ignore[attr-defined]
-    thread._consumer = SimpleNamespace(
-        _coordinator=SimpleNamespace(
-            _metadata_snapshot={k.replace("{changelog}", changelog): v for k, v in snapshot.items()}
-        )
-    )
+    counts = {k.replace("{changelog}", changelog): v for k, v in snapshot.items()}
+
+    def partitions_for_topic(topic: str) -> set[int] | None:
+        count = counts.get(topic)
+        return None if count is None else set(range(count))
+
+    fetch_loop = app.consumer.fetch_loop  # type: ignore[attr-defined]
+    fetch_loop.client = SimpleNamespace(partitions_for_topic=partitions_for_topic)
     return app, changelog
 
 

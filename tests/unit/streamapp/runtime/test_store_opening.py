@@ -1,5 +1,5 @@
 """A rebalance's stores are opened one at a time with the event loop running between, after
-their closes (a real store on disk, no broker; see `streamapp.faust_compat.recovery`)."""
+their closes (a real store on disk, no broker; see `streamapp.runtime.store_opening`)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,7 @@ import pytest
 from faust.types import TP
 
 import streamapp
-from streamapp.faust_compat import recovery
-from streamapp.runtime import store_handles
+from streamapp.runtime import store_handles, store_opening
 
 
 @pytest.fixture
@@ -34,7 +33,7 @@ async def test_the_stores_a_rebalance_assigns_are_opened_one_per_turn(table: Any
 
     def step(table: Any, tps: list[TP]) -> None:
         stepped.extend(tp.partition for tp in tps)
-        recovery._open_store(table, tps)
+        store_opening.open_store(table, tps)
 
     done = False
 
@@ -46,7 +45,7 @@ async def test_the_stores_a_rebalance_assigns_are_opened_one_per_turn(table: Any
     watcher = asyncio.ensure_future(watch())
     await asyncio.sleep(0)
     tps = {_changelog(table, p) for p in range(4)} | {TP("counts-source", 2)}
-    await recovery._one_store_a_turn(table, tps, step)
+    await store_opening.one_store_a_turn(table, tps, step)
     await asyncio.sleep(0)  # the watcher sees the last open too
     done = True
     await watcher
@@ -76,7 +75,7 @@ async def test_a_store_still_closing_is_awaited_with_the_loop_running(table: Any
     try:
         store.revoke_partitions(table, {_changelog(table, 2)})
         opening = asyncio.ensure_future(
-            recovery._one_store_a_turn(table, {_changelog(table, 2)}, recovery._open_store)
+            store_opening.one_store_a_turn(table, {_changelog(table, 2)}, store_opening.open_store)
         )
         for _ in range(5):
             await asyncio.sleep(0)
