@@ -186,16 +186,13 @@ class LocalKafkaCluster:
 
     async def coordinator(self, group_id: str, timeout: float = 60.0) -> int:
         """The id of the node that coordinates consumer group ``group_id`` (Kafka's
-        FindCoordinator, through aiokafka's admin client); retried while the group's offsets
-        partition has no leader yet."""
+        FindCoordinator, through aiokafka's admin client); asked again while the answer is a
+        retriable error (the group's offsets partition has no leader yet, or the node asked is
+        down)."""
         import asyncio
 
         from aiokafka.admin import AIOKafkaAdminClient
-        from aiokafka.errors import (
-            CoordinatorLoadInProgressError,
-            CoordinatorNotAvailableError,
-            NotCoordinatorError,
-        )
+        from aiokafka.errors import KafkaError
 
         admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap)
         await admin.start()
@@ -204,12 +201,8 @@ class LocalKafkaCluster:
             while True:
                 try:
                     return int(await admin.find_coordinator(group_id))
-                except (
-                    CoordinatorNotAvailableError,
-                    CoordinatorLoadInProgressError,
-                    NotCoordinatorError,
-                ):
-                    if time.monotonic() > deadline:
+                except KafkaError as exc:
+                    if not exc.retriable or time.monotonic() > deadline:
                         raise
                     await asyncio.sleep(0.5)
         finally:

@@ -6,6 +6,7 @@ consumer go on through the crash of the broker that coordinates their group, los
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import subprocess
 import sys
@@ -15,6 +16,7 @@ from pathlib import Path
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+from aiokafka.errors import CommitFailedError, KafkaError
 
 from streamapp.kafka import LocalKafkaCluster, broker_status
 from streamapp.kafka.probe import free_port
@@ -65,11 +67,19 @@ def test_the_command_starts_a_cluster_of_3_says_each_node_and_stops_it(tmp_path:
 
 
 async def _partitions(bootstrap: str, topic: str) -> dict[int, tuple[int, set[int], set[int]]]:
-    """partition -> (leader, replicas, in-sync replicas), from the cluster's metadata."""
+    """partition -> (leader, replicas, in-sync replicas), from the cluster's metadata; asked
+    again while the node asked is down (the admin client picks any node it knows)."""
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     await admin.start()
     try:
-        [described] = await admin.describe_topics([topic])
+        while True:
+            try:
+                [described] = await admin.describe_topics([topic])
+                break
+            except KafkaError as exc:
+                if not exc.retriable:
+                    raise
+                await asyncio.sleep(0.5)
     finally:
         await admin.close()
     return {
@@ -151,7 +161,8 @@ async def test_a_plain_producer_and_consumer_go_on_through_the_coordinator_s_cra
             batch = await consumer.getmany(timeout_ms=1000)
             for records in batch.values():
                 seen.extend(r.value for r in records if r.value is not None)
-            await consumer.commit()
+            with contextlib.suppress(CommitFailedError):  # rebalanced: read again, at least once
+                await consumer.commit()
 
     async def produce(values: range) -> None:
         for i in values:
