@@ -194,11 +194,15 @@ async def _create_source(bootstrap: str, topic: str) -> None:
 
 
 async def _leaders(bootstrap: str, topic: str) -> dict[int, tuple[int, int]]:
-    """partition -> (its leader, how many replicas it has)."""
+    """partition -> (its leader, how many replicas it has); asked again while the node asked
+    does not list the topic's partitions yet."""
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     await admin.start()
     try:
         [described] = await admin.describe_topics([topic])
+        while not described["partitions"]:
+            await asyncio.sleep(0.5)
+            [described] = await admin.describe_topics([topic])
     finally:
         await admin.close()
     return {p["partition"]: (p["leader"], len(p["replicas"])) for p in described["partitions"]}
@@ -252,18 +256,35 @@ def test_the_group_s_coordinator_dies_for_20_s_and_nothing_is_lost(
         for worker in workers.values():
             worker.start()
         with SteadyProducer(bootstrap, source) as producer, progress.watching():
+            #: The plan generations last seen, and each partition's count then.
+            seen: list[tuple[dict[str, int | None], dict[int, int]]] = []
 
-            def every_partition_processing() -> bool:
-                counts = progress.latest()
-                views = [w.assignment() for w in workers.values()]
-                return (
-                    len(counts) == PARTITIONS
-                    and min(counts.values()) > 0
-                    and all(view and view["active"] for view in views)
+            def settled_and_processing() -> bool:
+                """One plan, every partition active on one worker, no replica warming up, and
+                every partition processed since this plan was first seen (a partition a worker
+                gained resumes once its committed offset is read, after the plan's line)."""
+                views = {name: w.assignment() for name, w in workers.items()}
+                held = sorted(
+                    p for v in views.values() if v for p in v["active"].get(changelog, [])
                 )
+                if held != list(range(PARTITIONS)) or not all(
+                    v
+                    and not v["warmup"]
+                    and not v["followup_pending"]
+                    and v["history"]
+                    and v["history"][-1]["plan_generation"] == v["plan_generation"]
+                    for v in views.values()
+                ):
+                    return False
+                plans = {name: v["plan_generation"] for name, v in views.items() if v}
+                if not seen or seen[-1][0] != plans:
+                    seen.append((plans, progress.latest()))
+                    return False
+                since = seen[-1][1]
+                return all(progress.latest().get(p, 0) > since.get(p, 0) for p in range(PARTITIONS))
 
             wait_for_workers(
-                workers, "both workers processing", every_partition_processing, timeout=180
+                workers, "the group settled and processing", settled_and_processing, timeout=180
             )
             generations = {name: _plan_generation(w) for name, w in workers.items()}
             victim = asyncio.run(kafka_cluster.coordinator(app_id))

@@ -68,18 +68,21 @@ def test_the_command_starts_a_cluster_of_3_says_each_node_and_stops_it(tmp_path:
 
 async def _partitions(bootstrap: str, topic: str) -> dict[int, tuple[int, set[int], set[int]]]:
     """partition -> (leader, replicas, in-sync replicas), from the cluster's metadata; asked
-    again while the node asked is down (the admin client picks any node it knows)."""
+    again while the node asked is down or does not know the topic yet (the admin client asks
+    any node it knows, and each node learns of a new topic on its own)."""
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     await admin.start()
     try:
         while True:
             try:
                 [described] = await admin.describe_topics([topic])
-                break
             except KafkaError as exc:
                 if not exc.retriable:
                     raise
-                await asyncio.sleep(0.5)
+            else:
+                if described["partitions"]:
+                    break
+            await asyncio.sleep(0.5)
     finally:
         await admin.close()
     return {
