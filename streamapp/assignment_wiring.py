@@ -7,7 +7,7 @@ from typing import Any
 
 from standby.runtime import ReplicaRuntime
 from streamapp import quiet_logs
-from streamapp.web import register_views
+from streamapp.ops.web import register_views
 
 #: ``PartitionAssignor`` setting of a streamapp.App.
 PARTITION_ASSIGNOR = "streamapp.partition_assignor:StreamappPartitionAssignor"

@@ -215,9 +215,9 @@ def _group(args: argparse.Namespace) -> int:
 
     from yarl import URL
 
-    from streamapp import group_view
-    from streamapp.group_read import BrokerUnavailable, read_live_group
     from streamapp.group_scenario import GroupSettings
+    from streamapp.ops import group_view
+    from streamapp.ops.group_read import BrokerUnavailable, read_live_group
     from streamapp.settings import SettingsError, options_from_args, resolve
     from streamapp.worker import WorkerSetupError, broker_url, check_broker_reachable
 
