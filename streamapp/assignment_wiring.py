@@ -38,9 +38,9 @@ def install(app: Any) -> None:
 
     async def streamapp_changelog_watch() -> None:
         # Declared tables only exist once the app module ran: read them when the worker runs.
+        from streamapp.broker_address import app_bootstrap
         from streamapp.changelog_watch import CHECK_INTERVAL_S, ChangelogWatch
         from streamapp.topic_check import declared_topics
-        from streamapp.worker import app_bootstrap
 
         watch = ChangelogWatch(
             app_bootstrap(app),

@@ -33,8 +33,9 @@ from streamapp.bad_records import (
     is_record_error,
 )
 from streamapp.ops.web import assignment_view
+from streamapp.preflight import WorkerSetupError
 from streamapp.settings import SettingsError, StreamappSettings
-from streamapp.worker import WorkerSetupError, add_worker_arguments, import_app
+from streamapp.worker import add_worker_arguments, import_app
 
 # -- the setting --
 
