@@ -7,7 +7,7 @@ from typing import Any
 
 from standby.runtime import ReplicaRuntime
 from streamapp import quiet_logs
-from streamapp.web import register_views
+from streamapp.ops.web import register_views
 
 #: ``PartitionAssignor`` setting of a streamapp.App.
 PARTITION_ASSIGNOR = "streamapp.partition_assignor:StreamappPartitionAssignor"
@@ -38,10 +38,10 @@ def install(app: Any) -> None:
 
     async def streamapp_changelog_watch() -> None:
         # Declared tables only exist once the app module ran: read them when the worker runs.
+        from streamapp.broker_address import app_bootstrap
         from streamapp.changelog_watch import CHECK_INTERVAL_S, ChangelogWatch
         from streamapp.faust_compat.worker_clients import worker_client_id
         from streamapp.topic_check import declared_topics
-        from streamapp.worker import app_bootstrap
 
         watch = ChangelogWatch(
             app_bootstrap(app),

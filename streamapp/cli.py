@@ -30,16 +30,14 @@ def _topics(args: argparse.Namespace) -> int:
     import asyncio
 
     from streamapp import topic_check
-    from streamapp.worker import (
+    from streamapp.broker_address import app_bootstrap, broker_option, use_broker_option
+    from streamapp.preflight import (
         WorkerSetupError,
-        app_bootstrap,
-        broker_option,
         check_broker_reachable,
         discover_agents,
-        import_app,
         topics_create_command,
-        use_broker_option,
     )
+    from streamapp.worker import import_app
 
     def refuse(message: str) -> int:
         print(f"streamapp topics {args.action}: {' '.join(message.split())}", file=sys.stderr)
@@ -152,11 +150,12 @@ def _group(args: argparse.Namespace) -> int:
 
     from yarl import URL
 
-    from streamapp import group_view
-    from streamapp.group_read import BrokerUnavailable, read_live_group
+    from streamapp.broker_address import broker_url
     from streamapp.group_scenario import GroupSettings
+    from streamapp.ops import group_view
+    from streamapp.ops.group_read import BrokerUnavailable, read_live_group
+    from streamapp.preflight import WorkerSetupError, check_broker_reachable
     from streamapp.settings import SettingsError, options_from_args, resolve
-    from streamapp.worker import WorkerSetupError, broker_url, check_broker_reachable
 
     def refuse(message: str) -> int:
         print(f"streamapp group: {' '.join(message.split())}", file=sys.stderr)
