@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -46,6 +47,13 @@ def jvms(
 
     def ready(self: LocalKafka, process: subprocess.Popen[bytes], brokers: int = 1) -> None:
         assert brokers == 3  # each node waits until it names every node
+        # A real node answers only once its JVM runs. Right after exec the kernel may not have
+        # set the new command line yet (a vfork parent resumes before it is), so a status read
+        # at once could find the pid without its broker's command line.
+        deadline = time.monotonic() + 10.0
+        while b"kafka.Kafka" not in Path(f"/proc/{process.pid}/cmdline").read_bytes():
+            assert time.monotonic() < deadline, "the node's process never showed its command"
+            time.sleep(0.01)
         assert process.poll() is None
 
     monkeypatch.setattr(LocalKafka, "launch", launch)
