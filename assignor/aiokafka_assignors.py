@@ -58,7 +58,7 @@ from aiokafka.coordinator.protocol import (
     ConsumerProtocolMemberMetadata,
 )
 
-from assignor.model import parse_scenario
+from assignor.scenario_parser import parse_scenario
 from assignor.strategies import CORES, Outcome, problem_from_scenario
 from assignor.strategies.userdata import (
     AssignmentData,

@@ -19,7 +19,8 @@ from typing import Any
 
 from assignor.errors import ScenarioError
 from assignor.grouper import Grouping, group_partitions
-from assignor.model import Scenario, parse_scenario
+from assignor.model import Scenario
+from assignor.scenario_parser import parse_scenario
 
 __all__ = ["BUILTIN_STRATEGIES", "Strategy", "available_strategies", "plan", "resolve_strategy"]
 

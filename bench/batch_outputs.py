@@ -11,7 +11,7 @@ it. "at once" is `streamapp.joins._io.send_raw` (Faust's producer ``send``, aiok
 ``send``, a future per record); "with the batch" is ``send_output``. The producer is a real
 aiokafka producer that is never started: its metadata is given, and its batches are taken as
 aiokafka's sender takes them and marked delivered, which resolves their futures
-(`streamapp.faust_compat.offline_delivery`). No broker, so the network is in neither number.
+(`bench.lib.offline_delivery`). No broker, so the network is in neither number.
 Never part of the tests.
 """
 
@@ -27,9 +27,9 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.protocol.metadata import MetadataResponse_v1
 
 from bench.lib.in_batch import SOURCE, Message, set_current_event
+from bench.lib.offline_delivery import OfflineDelivery
 from streamapp import App
 from streamapp.faust_compat import batch_changelog
-from streamapp.faust_compat.offline_delivery import OfflineDelivery
 from streamapp.joins import _io
 
 OUTPUT = "bench-output"

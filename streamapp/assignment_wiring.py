@@ -7,7 +7,7 @@ from typing import Any
 
 from standby.runtime import ReplicaRuntime
 from streamapp import quiet_logs
-from streamapp.web import register_views
+from streamapp.ops.web import register_views
 
 #: ``PartitionAssignor`` setting of a streamapp.App.
 PARTITION_ASSIGNOR = "streamapp.partition_assignor:StreamappPartitionAssignor"
@@ -38,15 +38,17 @@ def install(app: Any) -> None:
 
     async def streamapp_changelog_watch() -> None:
         # Declared tables only exist once the app module ran: read them when the worker runs.
+        from streamapp.broker_address import app_bootstrap
         from streamapp.changelog_watch import CHECK_INTERVAL_S, ChangelogWatch
+        from streamapp.faust_compat.worker_clients import worker_client_id
         from streamapp.topic_check import declared_topics
-        from streamapp.worker import app_bootstrap
 
         watch = ChangelogWatch(
             app_bootstrap(app),
             declared_topics(app).tables,
             app.conf.topic_replication_factor,
             on_right_again=lambda _topic: app.consumer.refresh_metadata_soon(),
+            client_id=worker_client_id(app),
         )
         # The watch names a missing changelog and what to do in one line: aiokafka's repeats of
         # "not found in cluster metadata" about it are chatter.

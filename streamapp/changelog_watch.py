@@ -11,7 +11,9 @@ a local store whose offset is then beyond the (empty) changelog's end is set asi
 from it (`tables.recovery`, `tables.store_guard`).
 
 Asked every `CHECK_INTERVAL_S`, through the admin client's metadata of all topics (which never
-creates one); a failed read is skipped, as the next one may succeed.
+creates one); a failed read is skipped, as the next one may succeed. The admin client's log is
+a streamapp client's (`streamapp.runtime.client_log`): a broker it cannot reach is counted in
+the worker's one outage, not logged at each check.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from dataclasses import dataclass
 
 from faust.types import AppT
 
+from streamapp.runtime.client_log import ClientLog
 from streamapp.topic_check import (
     TableTopic,
     TopicCheckError,
@@ -92,8 +95,12 @@ class ChangelogWatch:
         replication: int,
         *,
         on_right_again: Callable[[str], None] | None = None,
+        client_id: str = "changelog watch",
     ) -> None:
         self.bootstrap = bootstrap
+        #: Names the worker in the log of the watch's admin clients (a broker outage is said
+        #: once for all the worker's clients, `streamapp.runtime.client_log`).
+        self.client_id = client_id
         self.tables = list(tables)
         self.replication = replication
         #: Called with a changelog's name once it is right again (the worker refreshes its
@@ -115,12 +122,16 @@ class ChangelogWatch:
     async def check(self) -> None:
         if not self.tables:
             return
+        client_log = ClientLog("changelog watch", self.client_id)
         try:
-            existing = await read_partition_counts(
-                self.bootstrap, [t.changelog for t in self.tables]
-            )
+            with client_log.scope():
+                existing = await read_partition_counts(
+                    self.bootstrap, [t.changelog for t in self.tables]
+                )
         except TopicCheckError:
-            return  # the broker is unreachable for now: the client logs that itself
+            return  # the broker is unreachable for now: the client's log says so
+        finally:
+            client_log.close()
         self.observe(changelog_states(self.tables, existing))
 
     def observe(self, states: Sequence[ChangelogState]) -> None:

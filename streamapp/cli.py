@@ -6,17 +6,11 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from streamapp.kafka.broker import DEFAULT_PORT, BrokerError, LocalKafka, broker_status
-from streamapp.kafka.release import (
-    DEFAULT_KAFKA_VERSION,
-    KAFKA_VERSION_ENV,
-    TESTED_KAFKA_VERSIONS,
-    KafkaJarsError,
-    resolve_kafka_jars,
-)
+from streamapp.kafka.broker import DEFAULT_PORT
+from streamapp.kafka.command import run_kafka_command
+from streamapp.kafka.release import DEFAULT_KAFKA_VERSION, KAFKA_VERSION_ENV, TESTED_KAFKA_VERSIONS
 from streamapp.settings import add_setting_options
 from streamapp.worker import (
     WORKER_DESCRIPTION,
@@ -29,63 +23,6 @@ if TYPE_CHECKING:
     from streamapp.topic_check import SourceTopic
 
 
-def _kafka(args: argparse.Namespace) -> int:
-    try:
-        broker = LocalKafka(
-            port=args.port,
-            data_dir=Path(args.dir) if args.dir else None,
-            ready_timeout=args.timeout,
-            kafka_version=args.kafka_version,
-        )
-        if args.action == "fetch":
-            print(resolve_kafka_jars(broker.release))
-        elif args.action == "start":
-            # One line on stderr per step (resolving the jars says so itself, first run only);
-            # stdout is the bootstrap address alone, for scripts.
-            running = broker_status(args.port)
-            if running is not None and running.kafka_version != broker.kafka_version:
-                broker.start()  # refuses, naming the release that runs there
-            if running is not None:
-                print(
-                    f"streamapp: Kafka {running.kafka_version} already runs on "
-                    f"{running.bootstrap} (pid {running.pid}, data in {running.data_dir})",
-                    file=sys.stderr,
-                    flush=True,
-                )
-                print(running.bootstrap)
-                return 0
-            print(
-                f"streamapp: starting Kafka {broker.kafka_version} (data in {broker.data_dir})",
-                file=sys.stderr,
-                flush=True,
-            )
-            bootstrap = broker.start()
-            print(
-                f"streamapp: Kafka ready on {bootstrap} (its log: {broker.log_file})",
-                file=sys.stderr,
-                flush=True,
-            )
-            print(bootstrap)
-        elif args.action == "stop":
-            if broker.stop():
-                print(f"stopped the broker on {broker.bootstrap}")
-            else:
-                print(f"no broker started by streamapp runs on port {args.port}")
-        else:
-            state = broker_status(args.port)
-            if state is None:
-                print(f"not running: no broker started by streamapp on port {args.port}")
-                return 3
-            print(
-                f"running: {state.bootstrap} (Kafka {state.kafka_version}, pid {state.pid}, "
-                f"data in {state.data_dir})"
-            )
-    except (BrokerError, KafkaJarsError) as exc:
-        print(f"streamapp kafka {args.action}: {exc}", file=sys.stderr)
-        return 1
-    return 0
-
-
 def _topics(args: argparse.Namespace) -> int:
     """`streamapp topics create`: every topic the app declares, as its code declares it: the
     sources its agents consume, and the topics its joins and aggregates write to (outputs,
@@ -93,16 +30,14 @@ def _topics(args: argparse.Namespace) -> int:
     import asyncio
 
     from streamapp import topic_check
-    from streamapp.worker import (
+    from streamapp.broker_address import app_bootstrap, broker_option, use_broker_option
+    from streamapp.preflight import (
         WorkerSetupError,
-        app_bootstrap,
-        broker_option,
         check_broker_reachable,
         discover_agents,
-        import_app,
         topics_create_command,
-        use_broker_option,
     )
+    from streamapp.worker import import_app
 
     def refuse(message: str) -> int:
         print(f"streamapp topics {args.action}: {' '.join(message.split())}", file=sys.stderr)
@@ -215,11 +150,12 @@ def _group(args: argparse.Namespace) -> int:
 
     from yarl import URL
 
-    from streamapp import group_view
-    from streamapp.group_read import BrokerUnavailable, read_live_group
+    from streamapp.broker_address import broker_url
     from streamapp.group_scenario import GroupSettings
+    from streamapp.ops import group_view
+    from streamapp.ops.group_read import BrokerUnavailable, read_live_group
+    from streamapp.preflight import WorkerSetupError, check_broker_reachable
     from streamapp.settings import SettingsError, options_from_args, resolve
-    from streamapp.worker import WorkerSetupError, broker_url, check_broker_reachable
 
     def refuse(message: str) -> int:
         print(f"streamapp group: {' '.join(message.split())}", file=sys.stderr)
@@ -336,7 +272,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="a real local Kafka broker (KRaft, 127.0.0.1 only)",
         description=f"A real local Apache Kafka broker ({DEFAULT_KAFKA_VERSION} unless "
         "--kafka-version or $STREAMAPP_KAFKA_VERSION picks another; KRaft mode, one "
-        "broker+controller, bound to 127.0.0.1 only), for development and the tests.",
+        "broker+controller, bound to 127.0.0.1 only), or a cluster of them (start --brokers 3), "
+        "for development and the tests.",
     )
     actions = kafka.add_subparsers(
         dest="action", required=True, metavar="ACTION", parser_class=_OneLineErrorParser
@@ -354,7 +291,10 @@ def build_parser() -> argparse.ArgumentParser:
         "format its storage, start it, wait until it answers, and print its bootstrap address "
         "(127.0.0.1:PORT) as the last line. The broker keeps running after this exits; a broker "
         "streamapp started that already runs on the port is reused if it runs the same Kafka "
-        "release, and refused otherwise.",
+        "release, and refused otherwise. With --brokers N (3 to 5), a cluster: node i on "
+        "PORT+i-1, every node a broker and a controller, topics replicated 3 times with "
+        "min.insync.replicas=2; the last line is every node's address, comma-separated, and a "
+        "cluster whose nodes partly run gets the others started again.",
     )
 
     def version_option(parser: argparse.ArgumentParser) -> None:
@@ -369,8 +309,9 @@ def build_parser() -> argparse.ArgumentParser:
     port_option(start)
     start.add_argument(
         "--dir",
-        help="data and log directory; the broker's log stays there as broker.log "
-        "(default: under ~/.cache/streamapp, or $STREAMAPP_CACHE, one per port and version)",
+        help="data and log directory; the broker's log stays there as broker.log, a cluster "
+        "node's as node-I/broker.log (default: under ~/.cache/streamapp, or $STREAMAPP_CACHE, "
+        "one per port and version)",
     )
     start.add_argument(
         "--timeout",
@@ -379,18 +320,27 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds to wait for the broker to answer (default: %(default)s)",
     )
     version_option(start)
+    start.add_argument(
+        "--brokers",
+        type=int,
+        default=1,
+        metavar="N",
+        help="1 broker (the default), or a cluster of 3 to 5 on ports PORT, PORT+1, ...",
+    )
     stop = actions.add_parser(
         "stop",
-        help="stop the broker streamapp started on a port",
+        help="stop the broker (or cluster) streamapp started on a port",
         description="Stop the broker streamapp started on the port, by the pid it recorded "
-        "(never by process name), and wait for it to exit.",
+        "(never by process name), and wait for it to exit. A port of a cluster's node stops "
+        "every node of the cluster.",
     )
     port_option(stop)
     status = actions.add_parser(
         "status",
-        help="say whether a broker streamapp started runs on a port",
+        help="say whether a broker (or cluster) streamapp started runs on a port",
         description="Say whether a broker streamapp started runs on the port, and where its "
-        "data is. Exit status 0 when it runs, 3 when it does not.",
+        "data is; for a cluster's node, one line per node of the cluster. Exit status 0 when "
+        "it runs (every node of a cluster), 3 when it does not.",
     )
     port_option(status)
     fetch = actions.add_parser(
@@ -400,7 +350,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     version_option(fetch)
     kafka.set_defaults(
-        handler=_kafka, port=DEFAULT_PORT, dir=None, timeout=90.0, kafka_version=None
+        handler=run_kafka_command,
+        port=DEFAULT_PORT,
+        dir=None,
+        timeout=90.0,
+        kafka_version=None,
+        brokers=1,
     )
 
     group = commands.add_parser(

@@ -15,8 +15,8 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from streamapp.group_read import BrokerUnavailable, describe_group
-from streamapp.group_view import GroupViewError
+from streamapp.ops.group_read import BrokerUnavailable, describe_group
+from streamapp.ops.group_view import GroupViewError
 
 logger = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ here reaches into Faust where it opens no door:
 - its stream: iterated by Faust's Python path, which acks through the consumer (`stream`), and
   its current event set once per batch (`batch_stream`);
 - its producer side: a batch's changelog records and join output sent together
-  (`batch_changelog`; `offline_delivery` delivers them without a broker, for a benchmark),
+  (`batch_changelog`),
   exactly_once sends in the transaction of the record they are made for (`sends`), a topic's
   sends encoded with codecs looked up once (`send_codecs`, `resolved_codecs`, `json_once`) and
   handed to the producer without Faust's layers in between (`direct_send`), and the worker's
@@ -82,10 +82,6 @@ PRIVATE_NAMES: dict[str, tuple[str, ...]] = {
         "_transaction_producers",
         "_trn_locks",
         "_producer_type",  # worker_clients: streamapp's own aiokafka producer
-    ),
-    "aiokafka.producer.producer:AIOKafkaProducer": (
-        # offline_delivery: its batches taken and delivered without a broker (a benchmark)
-        "_message_accumulator",
     ),
     "faust.tables.base:Collection": (
         "_maybe_set_key_ttl",  # encode_once: Faust's on_key_set after a write of bytes

@@ -1,5 +1,8 @@
 """Start, stop and inspect one local KRaft Kafka broker+controller bound to 127.0.0.1.
 
+Each node of a local cluster (`streamapp.kafka.cluster`) is started the same way, by
+`LocalKafka.launch`, with its place in the cluster recorded beside its pid.
+
 The broker runs detached (its own session) so it outlives the command that started it; its pid
 and ports are recorded in ``<dir>/broker.json`` and in a per-port registry entry under the
 cache, which is how ``stop`` and ``status`` find it. Stopping signals that recorded pid only,
@@ -10,6 +13,7 @@ reused), never a process found by name.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import shutil
@@ -20,7 +24,15 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from streamapp.kafka.probe import broker_answers_metadata, free_port, port_in_use
+from streamapp.kafka.config import (
+    HOST,
+    Node,
+    log4j2_properties,
+    log4j_properties,
+    server_properties,
+    single_node,
+)
+from streamapp.kafka.probe import free_port, live_brokers, port_in_use
 from streamapp.kafka.release import (
     KafkaRelease,
     KafkaVersionError,
@@ -29,9 +41,9 @@ from streamapp.kafka.release import (
     resolve_kafka_jars,
 )
 
-HOST = "127.0.0.1"
 DEFAULT_PORT = 9092
-_HEAP = "-Xmx512m"
+#: A single broker's maximum heap, in MiB.
+SINGLE_HEAP_MB = 512
 _STATE_FILE = "broker.json"
 #: Written when storage is formatted: which release's storage a data dir holds.
 _VERSION_FILE = "kafka-version"
@@ -50,6 +62,9 @@ class BrokerState:
     controller_port: int
     data_dir: str
     kafka_version: str = _UNRECORDED_VERSION
+    node_id: int = 1
+    #: Every node's port, by node id, for a node of a cluster; empty for a single broker.
+    cluster_ports: tuple[int, ...] = ()
 
     @property
     def bootstrap(self) -> str:
@@ -67,7 +82,7 @@ def default_data_dir(port: int, release: KafkaRelease | None = None) -> Path:
     return cache_root() / "brokers" / f"broker-{port}-kafka-{release.version}"
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -84,7 +99,7 @@ def _pid_alive(pid: int) -> bool:
 
 def _pid_is_our_broker(state: BrokerState) -> bool:
     """The recorded pid still runs the Kafka JVM we started on this data dir."""
-    if not _pid_alive(state.pid):
+    if not pid_alive(state.pid):
         return False
     try:
         cmdline = Path(f"/proc/{state.pid}/cmdline").read_bytes().split(b"\0")
@@ -104,13 +119,18 @@ def _read_state(port: int) -> BrokerState | None:
             controller_port=int(raw["controller_port"]),
             data_dir=str(raw["data_dir"]),
             kafka_version=str(raw.get("kafka_version", _UNRECORDED_VERSION)),
+            node_id=int(raw.get("node_id", 1)),
+            cluster_ports=tuple(int(port) for port in raw.get("cluster_ports", ())),
         )
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
 
 def _write_state(state: BrokerState) -> None:
-    text = json.dumps(state.__dict__, indent=2) + "\n"
+    fields = dict(state.__dict__)
+    if not state.cluster_ports:  # a single broker's entry, as it always was
+        del fields["node_id"], fields["cluster_ports"]
+    text = json.dumps(fields, indent=2) + "\n"
     entry = _registry_entry(state.port)
     entry.parent.mkdir(parents=True, exist_ok=True)
     entry.write_text(text)
@@ -138,69 +158,24 @@ def broker_status(port: int = DEFAULT_PORT) -> BrokerState | None:
     return None
 
 
-def _server_properties(port: int, controller_port: int, data_dir: Path) -> str:
-    settings = {
-        "process.roles": "broker,controller",
-        "node.id": "1",
-        "controller.quorum.voters": f"1@{HOST}:{controller_port}",
-        "listeners": f"PLAINTEXT://{HOST}:{port},CONTROLLER://{HOST}:{controller_port}",
-        "advertised.listeners": f"PLAINTEXT://{HOST}:{port}",
-        "controller.listener.names": "CONTROLLER",
-        "inter.broker.listener.name": "PLAINTEXT",
-        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
-        "log.dirs": str(data_dir / "log"),
-        # Topics are created on purpose, never by a client that names one: an auto-created
-        # topic gets num.partitions whatever the app declares, so a deleted changelog came back
-        # with 1 partition, and a source topic created by its first reader or writer was not
-        # partitioned like the tables it feeds. Apps create theirs (`streamapp topics create`,
-        # Faust's CreateTopics for its internal topics); a worker refuses a missing source topic.
-        "auto.create.topics.enable": "false",
-        "num.partitions": "1",
-        # One node: every internal topic has one replica, and small ones start faster.
-        "offsets.topic.replication.factor": "1",
-        "offsets.topic.num.partitions": "8",
-        "transaction.state.log.replication.factor": "1",
-        "transaction.state.log.min.isr": "1",
-        "transaction.state.log.num.partitions": "4",
-        "share.coordinator.state.topic.replication.factor": "1",
-        # Tests and the demo rebalance a lot; waiting 3 s for more members helps nobody here.
-        "group.initial.rebalance.delay.ms": "0",
-        "num.network.threads": "2",
-        "num.io.threads": "2",
-        "background.threads": "2",
-        "log.cleaner.threads": "1",
-        "log.cleaner.dedupe.buffer.size": str(16 * 1024 * 1024),
-    }
-    return "".join(f"{key}={value}\n" for key, value in settings.items())
+def recorded_broker(port: int) -> BrokerState | None:
+    """What streamapp recorded of the broker it started on this port, running or not."""
+    return _read_state(port)
 
 
-def _log4j2_properties(log_file: Path) -> str:
-    """The same logging as `_log4j_properties`, in log4j2's properties format (Kafka 4.x)."""
+def forget_broker(port: int) -> None:
+    """Drop the record of the broker on this port (it was stopped)."""
+    _registry_entry(port).unlink(missing_ok=True)
+
+
+def cluster_refusal(state: BrokerState) -> str:
+    """Why a port that runs a node of a cluster is not a single broker's to start or stop."""
+    ports = ",".join(str(port) for port in state.cluster_ports)
     return (
-        "status=warn\n"
-        "appender.file.type=File\n"
-        "appender.file.name=FILE\n"
-        f"appender.file.fileName={log_file}\n"
-        "appender.file.layout.type=PatternLayout\n"
-        "appender.file.layout.pattern=[%d] %p %m (%c)%n\n"
-        "rootLogger.level=INFO\n"
-        "rootLogger.appenderRef.file.ref=FILE\n"
-        "logger.request.name=kafka.request.logger\n"
-        "logger.request.level=WARN\n"
-        "logger.controller.name=org.apache.kafka.controller\n"
-        "logger.controller.level=INFO\n"
-    )
-
-
-def _log4j_properties(log_file: Path) -> str:
-    return (
-        "log4j.rootLogger=INFO, file\n"
-        "log4j.appender.file=org.apache.log4j.FileAppender\n"
-        f"log4j.appender.file.File={log_file}\n"
-        "log4j.appender.file.layout=org.apache.log4j.PatternLayout\n"
-        "log4j.appender.file.layout.ConversionPattern=[%d] %p %m (%c)%n\n"
-        "log4j.logger.kafka.request.logger=WARN\n"
-        "log4j.logger.org.apache.kafka.controller=INFO\n"
+        f"port {state.port} runs node {state.node_id} of a cluster of "
+        f"{len(state.cluster_ports)} brokers started by streamapp (ports {ports}), not a "
+        f"single broker: use `--brokers {len(state.cluster_ports)}`, stop it first "
+        f"(`streamapp kafka stop --port {state.port}`) or choose another --port"
     )
 
 
@@ -216,8 +191,32 @@ def _java() -> str:
     return java
 
 
-def _cluster_id() -> str:
+def new_cluster_id() -> str:
+    """A new KRaft cluster id: 16 random bytes, URL-safe base64 without padding."""
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+def terminate(pid: int, timeout: float = 60.0) -> None:
+    """SIGTERM ``pid`` (a broker streamapp started) and wait for it to exit; SIGKILL it after
+    ``timeout``."""
+    terminate_all([pid], timeout)
+
+
+def terminate_all(pids: list[int], timeout: float = 60.0) -> None:
+    """SIGTERM every one of ``pids`` at once and wait for them to exit; SIGKILL those left
+    after ``timeout``."""
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and any(pid_alive(pid) for pid in pids):
+        time.sleep(0.2)
+    # A controlled shutdown that hangs past the timeout is not worth waiting for in dev.
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    while any(pid_alive(pid) for pid in pids):
+        time.sleep(0.1)
 
 
 class LocalKafka:
@@ -229,6 +228,8 @@ class LocalKafka:
         data_dir: str | Path | None = None,
         ready_timeout: float = 90.0,
         kafka_version: str | None = None,
+        *,
+        heap_mb: int = SINGLE_HEAP_MB,
     ) -> None:
         """``kafka_version`` None: ``$STREAMAPP_KAFKA_VERSION``, else the default (4.4.0)."""
         try:
@@ -240,6 +241,7 @@ class LocalKafka:
             Path(data_dir) if data_dir is not None else default_data_dir(port, self.release)
         )
         self.ready_timeout = ready_timeout
+        self.heap_mb = heap_mb
 
     @property
     def kafka_version(self) -> str:
@@ -257,6 +259,8 @@ class LocalKafka:
         """Start the broker (or find the one already running) and return its bootstrap address."""
         running = broker_status(self.port)
         if running is not None:
+            if running.cluster_ports:
+                raise BrokerError(cluster_refusal(running))
             if running.kafka_version != self.kafka_version:
                 raise BrokerError(
                     f"port {self.port} already runs Kafka {running.kafka_version} started by "
@@ -269,6 +273,16 @@ class LocalKafka:
                 f"port {self.port} is taken by a process streamapp did not start: "
                 "stop it or choose another port with --port"
             )
+        process = self.launch(single_node(self.port, free_port(HOST), self.data_dir))
+        self.wait_ready(process)
+        return self.bootstrap
+
+    def launch(
+        self, node: Node, *, cluster_id: str | None = None, cluster_ports: tuple[int, ...] = ()
+    ) -> subprocess.Popen[bytes]:
+        """Write ``node``'s config, format its storage if it has none (as cluster
+        ``cluster_id``, new if None), start its JVM and record it; without waiting for it to
+        answer (a node of a cluster answers only once a majority of its voters run)."""
         self._check_storage_version()
         java = _java()
         try:
@@ -276,20 +290,19 @@ class LocalKafka:
         except RuntimeError as exc:
             raise BrokerError(str(exc)) from exc
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        controller_port = free_port(HOST)
         config = self.data_dir / "server.properties"
-        config.write_text(_server_properties(self.port, controller_port, self.data_dir))
+        config.write_text(server_properties(node))
         if self.release.uses_log4j2:
             log_config = self.data_dir / "log4j2.properties"
-            log_config.write_text(_log4j2_properties(self.log_file))
+            log_config.write_text(log4j2_properties(self.log_file))
             log_flag = f"-Dlog4j2.configurationFile={log_config}"
         else:
             log_config = self.data_dir / "log4j.properties"
-            log_config.write_text(_log4j_properties(self.log_file))
+            log_config.write_text(log4j_properties(self.log_file))
             log_flag = f"-Dlog4j.configuration=file:{log_config}"
         jvm = [
             java,
-            _HEAP,
+            f"-Xmx{self.heap_mb}m",
             "-Xms128m",
             "-XX:+UseG1GC",
             "-XX:+ExitOnOutOfMemoryError",
@@ -301,7 +314,7 @@ class LocalKafka:
             f"{jars}/*",
         ]
         if not (self.data_dir / "log" / "meta.properties").exists():
-            self._format_storage(jvm, config)
+            self._format_storage(jvm, config, cluster_id or new_cluster_id())
         with (self.data_dir / "broker.out").open("ab") as console:
             process = subprocess.Popen(
                 [*jvm, "kafka.Kafka", str(config)],
@@ -317,16 +330,29 @@ class LocalKafka:
                     BrokerState(
                         process.pid,
                         self.port,
-                        controller_port,
+                        node.controller_port,
                         str(self.data_dir),
                         self.kafka_version,
+                        node.node_id,
+                        cluster_ports,
                     )
                 )
             except BaseException:
                 _kill_unrecorded(process)
                 raise
-        self._wait_ready(process)
-        return self.bootstrap
+        return process
+
+    def cluster_id(self) -> str | None:
+        """The id of the cluster this node's storage was formatted for (None: not formatted)."""
+        try:
+            lines = (self.data_dir / "log" / "meta.properties").read_text().splitlines()
+        except OSError:
+            return None
+        for line in lines:
+            key, _, value = line.partition("=")
+            if key.strip() == "cluster.id":
+                return value.strip()
+        return None
 
     def _check_storage_version(self) -> None:
         """Refuse a data dir another release formatted, before Kafka fails on it obscurely."""
@@ -341,14 +367,14 @@ class LocalKafka:
                 "or choose another --dir"
             )
 
-    def _format_storage(self, jvm: list[str], config: Path) -> None:
+    def _format_storage(self, jvm: list[str], config: Path, cluster_id: str) -> None:
         result = subprocess.run(
             [
                 *jvm,
                 "kafka.tools.StorageTool",
                 "format",
                 # One token: a base64 id may start with '-', which argparse takes for an option.
-                f"--cluster-id={_cluster_id()}",
+                f"--cluster-id={cluster_id}",
                 "-c",
                 str(config),
             ],
@@ -363,7 +389,9 @@ class LocalKafka:
             )
         (self.data_dir / _VERSION_FILE).write_text(self.kafka_version + "\n")
 
-    def _wait_ready(self, process: subprocess.Popen[bytes]) -> None:
+    def wait_ready(self, process: subprocess.Popen[bytes], brokers: int = 1) -> None:
+        """Wait until the broker answers metadata naming ``brokers`` live brokers; a broker
+        that exits, or does not answer within the timeout, is an error (and is stopped)."""
         deadline = time.monotonic() + self.ready_timeout
         while time.monotonic() < deadline:
             if process.poll() is not None:
@@ -371,12 +399,13 @@ class LocalKafka:
                     f"Kafka exited with status {process.returncode} while starting: "
                     f"see {self.log_file} and {self.data_dir / 'broker.out'}"
                 )
-            if broker_answers_metadata(HOST, self.port):
+            if live_brokers(HOST, self.port) >= brokers:
                 return
             time.sleep(0.25)
-        self._terminate(process.pid)
+        terminate(process.pid)
+        what = "metadata" if brokers == 1 else f"metadata naming {brokers} live brokers"
         raise BrokerError(
-            f"Kafka did not answer metadata on {self.bootstrap} within {self.ready_timeout:.0f} s: "
+            f"Kafka did not answer {what} on {self.bootstrap} within {self.ready_timeout:.0f} s: "
             f"see {self.log_file}; a slow machine may need a longer --timeout"
         )
 
@@ -384,30 +413,11 @@ class LocalKafka:
         """Stop the broker started on this port; False when none of ours was running."""
         state = broker_status(self.port)
         if state is None:
-            _registry_entry(self.port).unlink(missing_ok=True)
+            forget_broker(self.port)
             return False
-        self._terminate(state.pid, timeout)
-        _registry_entry(self.port).unlink(missing_ok=True)
+        terminate(state.pid, timeout)
+        forget_broker(self.port)
         return True
-
-    @staticmethod
-    def _terminate(pid: int, timeout: float = 60.0) -> None:
-        try:
-            os.kill(pid, signal.SIGTERM)
-        except ProcessLookupError:
-            return
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if not _pid_alive(pid):
-                return
-            time.sleep(0.2)
-        # A controlled shutdown that hangs past the timeout is not worth waiting for in dev.
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            return
-        while _pid_alive(pid):
-            time.sleep(0.1)
 
 
 __all__ = [
@@ -416,4 +426,11 @@ __all__ = [
     "BrokerState",
     "LocalKafka",
     "broker_status",
+    "cluster_refusal",
+    "forget_broker",
+    "new_cluster_id",
+    "pid_alive",
+    "recorded_broker",
+    "terminate",
+    "terminate_all",
 ]

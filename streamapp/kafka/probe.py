@@ -2,7 +2,8 @@
 and pick a free port for a broker or worker to listen on (`free_port`).
 
 A hand-rolled Metadata v1 request keeps the check synchronous and free of client-library
-state; it only needs to learn whether the broker answers with at least one live broker.
+state; it only needs to learn whether the broker answers, and how many live brokers it names
+(a cluster is ready once each node names them all).
 """
 
 from __future__ import annotations
@@ -35,8 +36,8 @@ def _read_exact(sock: socket.socket, size: int) -> bytes:
     return bytes(chunks)
 
 
-def broker_answers_metadata(host: str, port: int, timeout: float = 2.0) -> bool:
-    """True when the broker at host:port answers a metadata request naming a live broker."""
+def live_brokers(host: str, port: int, timeout: float = 2.0) -> int:
+    """How many live brokers the broker at host:port names in its metadata (0: no answer)."""
     try:
         with socket.create_connection((host, port), timeout=timeout) as sock:
             sock.settimeout(timeout)
@@ -44,11 +45,16 @@ def broker_answers_metadata(host: str, port: int, timeout: float = 2.0) -> bool:
             (size,) = struct.unpack(">i", _read_exact(sock, 4))
             payload = _read_exact(sock, size)
     except OSError:
-        return False
+        return 0
     if len(payload) < 8:
-        return False
+        return 0
     correlation_id, broker_count = struct.unpack(">ii", payload[:8])
-    return bool(correlation_id == 7 and broker_count > 0)
+    return int(broker_count) if correlation_id == 7 else 0
+
+
+def broker_answers_metadata(host: str, port: int, timeout: float = 2.0) -> bool:
+    """True when the broker at host:port answers a metadata request naming a live broker."""
+    return live_brokers(host, port, timeout) > 0
 
 
 def port_in_use(host: str, port: int) -> bool:

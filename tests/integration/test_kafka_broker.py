@@ -103,7 +103,7 @@ def test_a_cluster_id_starting_with_a_dash_formats(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # One in 64 random ids starts with '-'; the storage tool must not read it as an option.
-    monkeypatch.setattr("streamapp.kafka.broker._cluster_id", lambda: "-" + "A" * 21)
+    monkeypatch.setattr("streamapp.kafka.broker.new_cluster_id", lambda: "-" + "A" * 21)
     broker = LocalKafka(port=free_port(), data_dir=tmp_path / "dash")
     try:
         assert broker.start() == broker.bootstrap

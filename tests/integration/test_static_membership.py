@@ -29,8 +29,8 @@ from typing import Any
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from streamapp.group_read import describe_group
-from streamapp.group_view import GroupView, read_group
+from streamapp.ops.group_read import describe_group
+from streamapp.ops.group_view import GroupView, read_group
 from streamapp.testing.kafka_io import create_topic, produce
 from streamapp.testing.worker import WorkerProcess
 

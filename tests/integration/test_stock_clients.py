@@ -26,7 +26,7 @@ from aiokafka.abc import ConsumerRebalanceListener
 from aiokafka.consumer.group_coordinator import GroupCoordinator
 
 from streamapp import App
-from streamapp.group_read import describe_group
+from streamapp.ops.group_read import describe_group
 from streamapp.runtime import clients
 from streamapp.runtime.group.consumer import WorkerConsumer
 from streamapp.runtime.group.coordinator import Coordinator

@@ -18,7 +18,11 @@ import pytest
 import assignor.cli
 from assignor import ScenarioError
 from assignor.cli import main
-from assignor.model import MAX_PARTITIONS_PER_TOPIC, MAX_PARTITIONS_TOTAL, parse_scenario
+from assignor.scenario_parser import (
+    MAX_PARTITIONS_PER_TOPIC,
+    MAX_PARTITIONS_TOTAL,
+    parse_scenario,
+)
 from tests.paths import REPO_ROOT
 
 

@@ -32,9 +32,10 @@ from streamapp.bad_records import (
     handle_record_error,
     is_record_error,
 )
+from streamapp.ops.web import assignment_view
+from streamapp.preflight import WorkerSetupError
 from streamapp.settings import SettingsError, StreamappSettings
-from streamapp.web import assignment_view
-from streamapp.worker import WorkerSetupError, add_worker_arguments, import_app
+from streamapp.worker import add_worker_arguments, import_app
 
 # -- the setting --
 

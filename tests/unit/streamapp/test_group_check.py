@@ -10,7 +10,7 @@ import pytest
 import streamapp.group_check as group_check
 from streamapp import App
 from streamapp.group_check import ForeignGroup, foreign_group_message
-from streamapp.worker import WorkerSetupError, check_group_protocol
+from streamapp.preflight import WorkerSetupError, check_group_protocol
 
 
 def test_the_message_names_the_group_the_protocol_and_the_way_out() -> None:

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from streamapp.kafka import broker as broker_module
-from streamapp.kafka.broker import BrokerError, LocalKafka, _log4j2_properties, _read_state
+from streamapp.kafka.broker import BrokerError, LocalKafka, _read_state
+from streamapp.kafka.config import log4j2_properties
 from streamapp.kafka.release import (
     DEFAULT_KAFKA_VERSION,
     KAFKA_VERSION_ENV,
@@ -73,7 +74,7 @@ def test_each_release_gets_the_logging_its_own_distribution_ships() -> None:
 
 
 def test_the_log4j2_config_sends_everything_to_the_broker_log(tmp_path: Path) -> None:
-    text = _log4j2_properties(tmp_path / "broker.log")
+    text = log4j2_properties(tmp_path / "broker.log")
     assert f"appender.file.fileName={tmp_path / 'broker.log'}" in text
     assert "rootLogger.appenderRef.file.ref=FILE" in text
     assert "logger.request.name=kafka.request.logger" in text

@@ -88,7 +88,7 @@ def test_a_broker_whose_state_is_written_is_left_running_and_found(
     def never_ready(self: LocalKafka, _process: subprocess.Popen[bytes]) -> None:
         raise KeyboardInterrupt  # Ctrl-C while waiting for the broker to answer
 
-    monkeypatch.setattr(LocalKafka, "_wait_ready", never_ready)
+    monkeypatch.setattr(LocalKafka, "wait_ready", never_ready)
     port = free_port(broker_module.HOST)
     data = _formatted_data_dir(tmp_path)
     kafka = LocalKafka(port=port, data_dir=data, kafka_version="4.4.0")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+from collections.abc import Iterator
 
 import pytest
 
@@ -20,6 +21,18 @@ from streamapp.testing.stop_signals import (
     stop_signals,
     stopped_by,
 )
+
+
+@pytest.fixture(autouse=True)
+def python_sigint_handler() -> Iterator[None]:
+    """Python's own SIGINT handler, as in a process started from a terminal: one started in the
+    background by a non-interactive shell (``cmd &``) inherits SIGINT ignored, and Python then
+    leaves it ignored."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
@@ -56,6 +69,20 @@ def test_inside_asyncio_run_a_sigterm_stops_the_main_task_only_as_ctrl_c_does() 
     with stop_signals(), pytest.raises(KeyboardInterrupt):
         asyncio.run(main())
     assert seen == [("helper cancelled", 0)]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_with_sigint_ignored_a_sigterm_or_sighup_still_stops(sig: signal.Signals) -> None:
+    """Started in the background (``streamapp demo &``), SIGINT is ignored: a SIGTERM must
+    still stop the driver rather than be ignored with it."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    seen = []
+    with stop_signals():
+        try:
+            os.kill(os.getpid(), sig)
+        except KeyboardInterrupt as exc:
+            seen.append(stopped_by(exc))
+    assert seen == [sig]
 
 
 def test_the_previous_handlers_come_back() -> None:

@@ -20,7 +20,7 @@ import pytest
 from faust.utils.urls import urllist
 
 from streamapp.kafka.probe import free_port
-from streamapp.worker import WorkerSetupError, check_broker_reachable
+from streamapp.preflight import WorkerSetupError, check_broker_reachable
 from tables.identity import CLIENT_ID_FILE
 from tests.paths import REPO_ROOT
 

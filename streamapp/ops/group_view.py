@@ -1,7 +1,7 @@
 """`streamapp group`: the whole group as the broker sees it, and what a change would do.
 
 Pure: the broker's answers come in (`DescribedGroup`, the changelogs' end offsets, partition
-counts), the view and the what-if go out. The I/O is `streamapp.group_read`'s.
+counts), the view and the what-if go out. The I/O is `streamapp.ops.group_read`'s.
 
 What the broker keeps of a streamapp group is each member's JoinGroup metadata (who it is, where
 it runs, the changelog offsets of its local stores when it last joined) and the assignment the

@@ -1,6 +1,6 @@
 """What `streamapp group` asks the broker: one group's description, end offsets, partition counts.
 
-The answers go to `streamapp.group_view`, which decides nothing by I/O.
+The answers go to `streamapp.ops.group_view`, which decides nothing by I/O.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
 
 from streamapp import topic_check
-from streamapp.group_view import (
+from streamapp.ops.group_view import (
     DescribedGroup,
     GroupView,
     GroupViewError,

@@ -1,10 +1,10 @@
-"""The worker page's group picture (`streamapp.group_page`), from hand-made assignment views."""
+"""The worker page's group picture (`streamapp.ops.group_page`), from hand-made assignment views."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from streamapp.group_page import HISTORY_SHOWN, group_picture, peer_urls
+from streamapp.ops.group_page import HISTORY_SHOWN, group_picture, peer_urls
 
 
 def _view(client_id: str, generation: int, **parts: Any) -> dict[str, Any]:

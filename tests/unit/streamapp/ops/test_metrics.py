@@ -10,8 +10,8 @@ from faust.types import TP
 from prometheus_client.parser import text_string_to_metric_families
 
 from standby.recovery_meter import RecoveryMeter
-from streamapp import metrics
 from streamapp.bad_records import BadRecordCounts, BadRecords, Stage
+from streamapp.ops import metrics
 from streamapp.settings import StreamappSettings
 
 

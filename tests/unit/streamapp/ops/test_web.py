@@ -10,7 +10,7 @@ from typing import Any
 from faust.types import TP
 
 from streamapp import App
-from streamapp.web import assignment_view
+from streamapp.ops.web import assignment_view
 
 
 def test_the_view_gives_each_replica_lag_with_the_end_it_was_measured_against(

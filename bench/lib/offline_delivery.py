@@ -4,10 +4,12 @@
 (``MessageAccumulator.drain_by_nodes``), and marks each delivered (``MessageBatch.done``, at
 offsets counted per partition), which resolves their futures as a broker's answer would.
 `run` does it whenever the accumulator wakes its sender (a batch is full). A worker never uses
-this module.
+this module: it lives with the benchmarks.
 
-aiokafka private name used (checked at import, `streamapp.faust_compat.PRIVATE_NAMES`):
-``AIOKafkaProducer._message_accumulator``.
+The aiokafka private name it uses, ``AIOKafkaProducer._message_accumulator``, is listed in
+`PRIVATE_NAMES` and checked as this module is imported, against the aiokafka releases in
+`AIOKAFKA_RELEASES` (`streamapp.runtime.library_check`); a unit test reads this module for
+every private name it uses (tests/unit/bench/test_offline_delivery.py).
 """
 
 from __future__ import annotations
@@ -15,6 +17,20 @@ from __future__ import annotations
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
+
+from streamapp.runtime import library_check
+
+#: The aiokafka releases this module was checked against: ``>=0.14,<0.15``.
+AIOKAFKA_RELEASES: library_check.Ranges = {"aiokafka": ((0, 14), (0, 15))}
+
+#: ``module:Class`` -> the aiokafka internals this module reads on it (or on an instance of it).
+PRIVATE_NAMES: dict[str, tuple[str, ...]] = {
+    "aiokafka.producer.producer:AIOKafkaProducer": (
+        "_message_accumulator",  # its batches, taken as its sender takes them
+    ),
+}
+
+library_check.check("bench.lib.offline_delivery", PRIVATE_NAMES, AIOKAFKA_RELEASES)
 
 
 class OfflineDelivery:

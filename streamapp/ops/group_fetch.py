@@ -1,7 +1,7 @@
 """Asks the group's workers for their ``/streamapp/assignment`` views, concurrently, over HTTP.
 
 Async with a timeout per request, so a worker that does not answer costs the page at most
-``timeout_s`` and never blocks the event loop; `streamapp.group_page` combines the answers.
+``timeout_s`` and never blocks the event loop; `streamapp.ops.group_page` combines the answers.
 """
 
 from __future__ import annotations

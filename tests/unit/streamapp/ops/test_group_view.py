@@ -18,7 +18,7 @@ from assignor.metadata_codec import (
 )
 from assignor.natural import natural_key
 from streamapp.group_scenario import GroupSettings
-from streamapp.group_view import (
+from streamapp.ops.group_view import (
     Change,
     DescribedGroup,
     GroupViewError,

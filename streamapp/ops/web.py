@@ -12,9 +12,9 @@ from faust.types import TP
 from faust.web import Request, Response, View
 
 from standby.runtime import ReplicaRuntime, by_topic
-from streamapp import group_fetch, group_page
 from streamapp.bad_records import bad_records_of
 from streamapp.faust_compat.access import assignor_url
+from streamapp.ops import group_fetch, group_page
 from streamapp.runtime.consumer import Consumer
 
 
@@ -116,7 +116,7 @@ def register_views(app: Any) -> None:
     @app.page("/metrics")
     class MetricsView(View):
         async def get(self, request: Request) -> Response:
-            from streamapp import metrics
+            from streamapp.ops import metrics
 
             # prometheus_client's content type carries its own charset parameter.
             content_type, _, _ = metrics.CONTENT_TYPE_LATEST.partition(";")
@@ -125,4 +125,4 @@ def register_views(app: Any) -> None:
 
 def group_page_html() -> str:
     """The page: one self-contained HTML file (inline CSS and JS), shipped with the package."""
-    return resources.files("streamapp").joinpath("group_page.html").read_text(encoding="utf-8")
+    return resources.files("streamapp.ops").joinpath("group_page.html").read_text(encoding="utf-8")

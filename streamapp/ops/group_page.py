@@ -1,6 +1,6 @@
 """The group picture of a worker's page: every worker's ``/streamapp/assignment`` put together.
 
-Pure: `streamapp.group_fetch` asks the workers; this module only combines their answers into
+Pure: `streamapp.ops.group_fetch` asks the workers; this module only combines their answers into
 the JSON that ``GET /streamapp/group`` serves and the page (``GET /streamapp/``) draws.
 """
 
