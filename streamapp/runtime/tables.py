@@ -148,11 +148,16 @@ class TableManager(Service, TableManagerT, FastUserDict[str, CollectionT]):
         self.standbys_ready = True
 
     def on_partitions_revoked(self, revoked: set[TP]) -> None:
-        # After the revocation's commit: what the partitions given up still have pending will
-        # never be committed here.
-        self.store_commits.on_revoked(revoked)
+        # Faust's app calls this too as the worker stops, before the consumer's last commit:
+        # the pending writes wait for that commit, which stores those it commits.
         changelogs = self.by_changelog
         self.recovery.forget(tp for tp in revoked if tp.topic in changelogs)
+
+    def on_revoked_after_commit(self, revoked: set[TP]) -> None:
+        """A rebalance gave ``revoked`` up, after committing what it processed: what the
+        partitions still have pending will never be committed here."""
+        self.store_commits.on_revoked(revoked)
+        self.on_partitions_revoked(revoked)
 
     async def on_rebalance(
         self,

@@ -140,7 +140,7 @@ def test_an_aborted_or_revoked_transactions_writes_are_dropped(
         app.tables.persist_offset_on_commit(store, TP(changelog, partition), 7)
     with caplog.at_level(logging.INFO, logger="streamapp.runtime.store_commits"):
         # Partition 1 given up after its last commit, which did not cover this write.
-        app.tables.on_partitions_revoked({TP(SOURCE, 1), TP(changelog, 1)})
+        app.tables.on_revoked_after_commit({TP(SOURCE, 1), TP(changelog, 1)})
     assert [r.getMessage() for r in caplog.records] == [
         f"streamapp: 1 uncommitted writes of {changelog} 1 dropped: given up before their "
         "transactions committed"
@@ -155,6 +155,25 @@ def test_an_aborted_or_revoked_transactions_writes_are_dropped(
     store.handles.close_all()
     for partition in (1, 2, 3):
         assert _on_disk(store.partition_path(partition)) == ({b'"a"': b"0"}, 0)
+
+
+def test_a_stopping_worker_stores_what_its_last_commit_commits(
+    tmp_path: Path, in_partition: Callable[[int], None]
+) -> None:
+    # Faust's app tells the tables that every partition is revoked as the worker stops, before
+    # the consumer's last commit: the writes that commit covers are stored, not dropped.
+    app = _app(tmp_path)
+    table = app.Table("counts", partitions=4)
+    store = table.data
+    changelog = table.changelog_topic.get_topic_name()
+    in_partition(1)
+    store["a"] = 1
+    app.tables.persist_offset_on_commit(store, TP(changelog, 1), 4)
+    app.tables.on_partitions_revoked({TP(SOURCE, 1), TP(changelog, 1)})
+    assert store.pending_partitions() == {1: {TP(SOURCE, 1)}}
+    app.tables.on_commit({TP(SOURCE, 1): 6})
+    store.handles.close_all()
+    assert _on_disk(store.partition_path(1)) == ({b'"a"': b"1"}, 4)
 
 
 def test_a_batch_left_unfinished_puts_back_what_earlier_batches_have_pending(
@@ -317,7 +336,7 @@ def _run(datadir: Path, ops: list[tuple[Any, ...]], writes_left: int | None) -> 
             else:
                 partition = op[1]
                 transaction[partition] += 1  # aborted: its records are never read
-                app.tables.on_partitions_revoked({TP(SOURCE, partition)})
+                app.tables.on_revoked_after_commit({TP(SOURCE, partition)})
     except _Crash:
         pass
     finally:
