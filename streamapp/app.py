@@ -104,6 +104,9 @@ class App(FaustApp):
         leave_group_on_stop: Leave the group as a worker stops (default on); off keeps a
             static member's place through a stop, for rolling restarts without rebalances.
         rebalance_protocol: ``"cooperative"`` (default, KIP-429) or ``"eager"``.
+        eos_pending_writes_max_bytes: Under exactly_once, the memory table writes may take
+            while they wait for their transaction's commit (default 64 MiB); past it the
+            worker commits early.
         **options: Faust's own settings, as for `faust.App`.
 
     Raises:
@@ -132,6 +135,7 @@ class App(FaustApp):
         static_membership: bool | None = None,
         leave_group_on_stop: bool | None = None,
         rebalance_protocol: RebalanceProtocol | str | None = None,
+        eos_pending_writes_max_bytes: int | None = None,
         **options: Any,
     ) -> None:
         # None is "not given": the default then comes from StreamappSettings, and a worker
@@ -151,6 +155,7 @@ class App(FaustApp):
             "static_membership": static_membership,
             "leave_group_on_stop": leave_group_on_stop,
             "rebalance_protocol": rebalance_protocol,
+            "eos_pending_writes_max_bytes": eos_pending_writes_max_bytes,
         }
         settings = resolve(self.streamapp_keywords)
         self.streamapp_settings = settings

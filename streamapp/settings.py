@@ -84,6 +84,10 @@ class StreamappSettings:
     # in a group with eager members (an older streamapp, or `eager` chosen): the leader plans
     # eagerly, and every member behaves eagerly, until every member speaks cooperative.
     rebalance_protocol: RebalanceProtocol = RebalanceProtocol.COOPERATIVE
+    # Under exactly_once a table's writes wait in memory until their transaction commits; past
+    # this much the worker commits early. Kafka Streams' statestore.uncommitted.max.bytes
+    # (KIP-892) has the same default.
+    eos_pending_writes_max_bytes: int = 64 * 1024 * 1024
 
     def _as_enum(self, name: str, kind: type[StrEnum]) -> None:
         """Setting ``name`` as a member of ``kind``, given a member or its name."""
@@ -107,6 +111,11 @@ class StreamappSettings:
         for name in ("num_standby_replicas", "acceptable_recovery_lag", "max_warmup_replicas"):
             if getattr(self, name) < 0:
                 raise SettingsError(f"{name} must not be negative, got {getattr(self, name)}")
+        if self.eos_pending_writes_max_bytes < 1:
+            raise SettingsError(
+                "eos_pending_writes_max_bytes must be at least 1, "
+                f"got {self.eos_pending_writes_max_bytes}"
+            )
         if self.probing_rebalance_interval_s <= 0:
             raise SettingsError(
                 "probing_rebalance_interval_s must be positive, "
@@ -259,6 +268,15 @@ SETTINGS: tuple[Setting, ...] = (
         "how this worker goes through a rebalance: cooperative (KIP-429: keeps what it owns "
         "and gives up only what moves, once every member of the group speaks cooperative) or "
         "eager (gives up every partition first)",
+    ),
+    Setting(
+        "eos_pending_writes_max_bytes",
+        int,
+        "under exactly_once, the memory a worker's table writes may take while they wait for "
+        "their transaction's commit (key and value bytes and about 100 bytes a key); past it "
+        "the worker commits early, before its commit interval",
+        metavar="BYTES",
+        default_text="67108864 (64 MiB)",
     ),
 )
 

@@ -1,41 +1,33 @@
-"""Local state after an unclean stop under exactly_once: discarded, then restored from changelogs.
+"""Local state after an unclean stop: what a worker keeps of the stores the previous run left.
 
-Faust's rocksdb store applies a table write at once and records the changelog offset as soon as
-the broker acknowledges the changelog record, before the transaction carrying it commits. A
-worker killed mid-transaction therefore leaves stores holding writes of a transaction the broker
-then aborts, with offsets past them. On restart, recovery resumes after those offsets and reads
-committed records only, so the aborted writes stay; the inputs processed again then meet state
-that says they were done already, and their output never appears.
+Under exactly_once streamapp's stores are transactional (`streamapp.runtime.stores`): a table
+write waits in memory until the transaction that carried its changelog record has committed,
+and only then reaches the store, in one write batch with the changelog offset it reaches. A
+store on disk so holds committed writes only, and its offset is that of the last committed
+one, whatever a crash interrupted: a worker killed mid-transaction keeps every store, and
+recovery replays only the changelog's tail past its offset, as under at-least-once. Nothing is
+discarded.
 
-Kafka Streams (before KIP-892) answers this the same way: under exactly-once, local state is
-trusted only after a clean close, and otherwise wiped and restored from the changelog. Here the
-proof of a clean close is a marker file beside the stores, written once the worker has committed
-its last transaction and removed as the next run starts, so a crash at any later point leaves
-no marker behind.
+Two kinds of data dir can still hold writes that were never committed, and their stores are
+discarded once, as a worker under exactly_once starts after an unclean stop, then restored from
+the changelogs (committed records only):
 
-Only a store this process wrote to can hold such writes. A standby or warmup replica applies
-committed changelog records only (the consumer reads ``read_committed`` under exactly_once), and
-its offset is set with them, so it holds committed state whatever the crash interrupted. Each
-store therefore carries a mark, ``<tabledir>/streamapp-active-stores/<store>.active``, made
-durable (file and directory fsynced) as the partition is assigned to this process as an active,
-before Faust opens the store and before any agent can write to it. After an unclean stop under
-exactly_once only the marked stores are discarded; the others are kept and recovery replays
-their tail. Those fsyncs wait for the disk (tenths of a second on a busy machine): a rebalance
-makes the marks on a thread (`tables.store_guard.mark_assigned_actives`), its event loop
-processing the partitions it keeps meanwhile, and opens no store until they are durable.
+- a data dir last run under at_least_once: its stores took each write at once, and hold writes
+  of records whose offsets were not committed, which exactly_once processes again (every store
+  goes: at-least-once does not say which stores it wrote, and does not need to);
+- a data dir of an older streamapp, whose exactly_once stores took each write at once too. It
+  marked each store it wrote as an active in ``<tabledir>/streamapp-active-stores/`` (the
+  active marks): the marked stores go, the others (standbys and warmups, which applied
+  committed changelog records only) are kept; the marks then go for good. One older still, with
+  neither marks nor a record of its guarantee, says nothing about which stores it wrote: all of
+  its stores go.
 
-A mark is removed only as the next run starts: all of them after a clean shutdown (every store
-then holds committed state), or with the store it marks when that store is discarded. A store
-that was a standby, became active and then crashed is marked, so it goes; one marked, revoked
-and then a standby again stays marked until a clean shutdown, as the writes of a transaction
-aborted at its revocation may still be in it.
-
-A data dir whose marks directory does not exist yet (state left by a streamapp that kept no
-marks) tells nothing about which stores were active: after an unclean stop all its stores go.
-
-Under at_least_once nothing is discarded: replaying inputs over state that already saw them is
-what at-least-once allows. The markers are still kept, so a later switch to exactly_once is
-judged on how the previous run really ended and what it wrote.
+How the previous run wrote is kept beside the stores: ``streamapp-run-guarantee`` (the
+processing guarantee of the last run that started on the data dir, written before it opens any
+store) and ``streamapp-clean-shutdown`` (written once a worker has committed its last
+transaction and closed its stores, removed as the next run starts, so a crash at any later point
+leaves none behind). Under at_least_once nothing is ever discarded: replaying inputs over state
+that already saw them is what at-least-once allows.
 """
 
 from __future__ import annotations
@@ -45,19 +37,23 @@ import fcntl
 import logging
 import os
 import shutil
-import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
-from tables.atomic_file import fsync_dir, write_atomically
+from tables.atomic_file import write_atomically
 from tables.damaged import forget_claims
 from tables.inventory import scan_stores
 
 logger = logging.getLogger(__name__)
 
 MARKER_FILE = "streamapp-clean-shutdown"
-#: Beside the stores: one file per store this process may have written uncommitted state to,
-#: ``<table>-<partition>.db.active`` (not ``.db``: nothing looking for stores may take it for one).
+#: The processing guarantee of the last run that started on the data dir (`RUN_GUARANTEE_FILE`'s
+#: text is one of `EXACTLY_ONCE` and `AT_LEAST_ONCE`).
+RUN_GUARANTEE_FILE = "streamapp-run-guarantee"
+EXACTLY_ONCE = "exactly_once"
+AT_LEAST_ONCE = "at_least_once"
+#: The older scheme's active marks: ``<table>-<partition>.db.active``, one per store a run
+#: under exactly_once wrote to directly.
 ACTIVE_MARKS_DIR = "streamapp-active-stores"
 MARK_SUFFIX = ".active"
 
@@ -67,17 +63,26 @@ class StateInUseError(RuntimeError):
 
 
 def must_discard(
-    *, exactly_once: bool, clean_shutdown: bool, marks_kept: bool, marked_active: bool
+    *,
+    exactly_once: bool,
+    clean_shutdown: bool,
+    previous_guarantee: str | None,
+    marks_kept: bool,
+    marked_active: bool,
 ) -> bool:
     """Whether one local store left by the previous run must go before this one opens it.
 
-    ``marks_kept``: the previous run kept active marks (their directory exists);
-    ``marked_active``: this store has one, so it may have taken writes of a transaction that
-    the crash aborted.
+    ``previous_guarantee``: what the previous run recorded (None: nothing, an older streamapp);
+    ``marks_kept``: the data dir holds an older streamapp's active marks; ``marked_active``:
+    this store has one, so it may hold writes of a transaction the crash aborted.
     """
     if not exactly_once or clean_shutdown:
         return False
-    return marked_active or not marks_kept
+    if previous_guarantee == AT_LEAST_ONCE:
+        return True
+    if marks_kept:
+        return marked_active
+    return previous_guarantee != EXACTLY_ONCE
 
 
 def store_paths(tabledir: Path) -> list[Path]:
@@ -86,7 +91,7 @@ def store_paths(tabledir: Path) -> list[Path]:
 
 
 def active_marks(tabledir: Path) -> set[str]:
-    """The store names (``<table>-<partition>.db``) marked as written by a past run."""
+    """The store names (``<table>-<partition>.db``) an older streamapp marked as written."""
     marks_dir = tabledir / ACTIVE_MARKS_DIR
     if not marks_dir.is_dir():
         return set()
@@ -95,6 +100,15 @@ def active_marks(tabledir: Path) -> set[str]:
         for path in marks_dir.iterdir()
         if path.name.endswith(MARK_SUFFIX)
     }
+
+
+def previous_guarantee(tabledir: Path) -> str | None:
+    """The processing guarantee the previous run recorded (None: none, or unreadable)."""
+    try:
+        text = (tabledir / RUN_GUARANTEE_FILE).read_text().strip()
+    except OSError:
+        return None
+    return text if text in (EXACTLY_ONCE, AT_LEAST_ONCE) else None
 
 
 def begin_run(tabledir: str | Path, data_dir: str | Path, *, exactly_once: bool) -> list[Path]:
@@ -110,6 +124,7 @@ def begin_run(tabledir: str | Path, data_dir: str | Path, *, exactly_once: bool)
     clean = marker.exists()
     marks_kept = marks_dir.is_dir()
     marked = active_marks(tabledir)
+    previous = previous_guarantee(tabledir)
     stores = scan_stores(tabledir)
     doomed = [
         store
@@ -117,6 +132,7 @@ def begin_run(tabledir: str | Path, data_dir: str | Path, *, exactly_once: bool)
         if must_discard(
             exactly_once=exactly_once,
             clean_shutdown=clean,
+            previous_guarantee=previous,
             marks_kept=marks_kept,
             marked_active=store.path.name in marked,
         )
@@ -126,70 +142,44 @@ def begin_run(tabledir: str | Path, data_dir: str | Path, *, exactly_once: bool)
         kept = [store.path.name for store in stores if store not in doomed]
         logger.warning(
             "streamapp: discarding %d of %d local stores in %s (%s): the previous run did not "
-            "shut down cleanly, and under exactly_once %s; they are restored from the "
-            "changelogs (committed records only). Kept: %s",
+            "shut down cleanly, and %s; they are restored from the changelogs (committed "
+            "records only). Kept: %s",
             len(doomed),
             len(stores),
             tabledir,
             ", ".join(store.path.name for store in doomed),
-            "these were written by it and may hold writes of aborted transactions"
-            if marks_kept
-            else "this data dir does not say which stores it wrote (no active marks)",
+            _why(marks_kept, previous),
             ", ".join(kept) if kept else "none",
         )
         # Claims first: a crash before the stores are gone discards them again next time.
         forget_claims(Path(data_dir), {store.partition for store in doomed})
         for store in doomed:
             shutil.rmtree(store.path)
-    # A mark goes only once nothing it covers can hold uncommitted writes: every mark after a
-    # clean shutdown; under exactly_once the marks of stores just discarded or already gone.
-    # After a crash under at_least_once the marks stay, for a later run under exactly_once.
-    present = {store.path.name for store in stores if store not in doomed}
-    for name in marked:
-        if clean or (exactly_once and name not in present):
-            (marks_dir / (name + MARK_SUFFIX)).unlink(missing_ok=True)
-    _make_durable_dir(marks_dir)
+    tabledir.mkdir(parents=True, exist_ok=True)
+    # Before the marks go: a crash in between finds the marks, and their rule, again.
+    write_atomically(
+        tabledir / RUN_GUARANTEE_FILE, (EXACTLY_ONCE if exactly_once else AT_LEAST_ONCE) + "\n"
+    )
+    # What the marks said is settled: the stores they named are gone, or this run writes under
+    # at_least_once, which a later run under exactly_once learns from the file just written.
+    shutil.rmtree(marks_dir, ignore_errors=True)
     # Last: until here a crash leaves the previous run's verdict as it was.
     marker.unlink(missing_ok=True)
     return [store.path for store in doomed]
 
 
-#: Held through each `mark_active`: a call skips a mark that exists, which is durable only once
-#: the call that created it has returned. A rebalance cancelled while its marks were being made
-#: on a thread leaves that thread running; the next rebalance's call waits for it here rather
-#: than take a mark not synced yet for a durable one.
-_marking = threading.Lock()
-
-
-def mark_active(tabledir: str | Path, store_names: Iterable[str]) -> list[str]:
-    """Mark the stores ``store_names`` (``<table>-<partition>.db``) as written by this run;
-    returns those newly marked. Durable on return: call it before such a store can take a
-    write that is not committed yet. One directory fsync covers every mark of the call.
-
-    It blocks on fsync: not on the event loop (see `tables.store_guard.mark_assigned_actives`).
-    """
-    with _marking:
-        return _mark_active(Path(tabledir) / ACTIVE_MARKS_DIR, store_names)
-
-
-def _mark_active(marks_dir: Path, store_names: Iterable[str]) -> list[str]:
-    added = []
-    for name in store_names:
-        path = marks_dir / (name + MARK_SUFFIX)
-        if path.exists():
-            continue
-        marks_dir.mkdir(parents=True, exist_ok=True)
-        # Its existence is the mark: created, written and synced before the directory is.
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            os.write(fd, b"active in a run that has not shut down cleanly yet\n")
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        added.append(name)
-    if added:
-        fsync_dir(marks_dir)
-    return added
+def _why(marks_kept: bool, previous: str | None) -> str:
+    if previous == AT_LEAST_ONCE:
+        return (
+            "it ran under at_least_once: its stores may hold writes of records whose offsets "
+            "were not committed, which exactly_once processes again"
+        )
+    if marks_kept:
+        return (
+            "these were written by a streamapp that stored uncommitted writes under "
+            "exactly_once (its active marks name them)"
+        )
+    return "this data dir does not say how its stores were written (an older streamapp's)"
 
 
 def mark_clean_shutdown(tabledir: str | Path) -> None:
@@ -197,13 +187,6 @@ def mark_clean_shutdown(tabledir: str | Path) -> None:
     marker = Path(tabledir) / MARKER_FILE
     # A marker must never be half there.
     write_atomically(marker, "stores closed after the last commit\n")
-
-
-def _make_durable_dir(path: Path) -> None:
-    if not path.is_dir():
-        path.mkdir(parents=True)
-        fsync_dir(path.parent)
-    fsync_dir(path)
 
 
 def _refuse_if_open(stores: Sequence[Path]) -> None:

@@ -13,7 +13,7 @@ still waiting when a newer one comes is dropped. A crash before the write leaves
 record whole (`tables.atomic_file`), the same state as a crash just before the assignment came,
 which the plan has to take anyway: a claim is a hint checked against generations (an older
 claim loses to a newer owner's), and a lost claim costs stickiness only. Which stores are
-discarded after a crash under exactly_once depends on the active marks, not on this record.
+kept after a crash does not depend on this record (`tables.clean_shutdown`).
 A clean shutdown waits for the last record (`flush`).
 """
 

@@ -12,7 +12,6 @@ Faust's own RocksDB store) has nothing here to guard.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Iterable
 from pathlib import Path
@@ -22,7 +21,6 @@ from faust.tables.objects import ChangeloggedObjectManager
 from faust.types import TP
 from faust.types.tables import CollectionT
 
-from tables.clean_shutdown import mark_active
 from tables.damaged import beyond_partition_count, move_aside, stores_of, unreadable_because
 
 logger = logging.getLogger(__name__)
@@ -78,40 +76,6 @@ def close_and_move_aside(table: CollectionT, partition: int) -> Path | None:
     if not path.exists():
         return None
     return move_aside(path)
-
-
-async def mark_assigned_actives(tables: Iterable[CollectionT], actives: Iterable[TP]) -> list[str]:
-    """Mark the stores of the changelog partitions in ``actives`` of every table in ``tables``
-    as written by this run (`tables.clean_shutdown.mark_active`), durably; returns the store
-    names newly marked. Await it before Faust opens any of them and agents write to them.
-
-    The marks' fsyncs wait for the disk, which on a busy machine stopped the event loop, and
-    every partition the worker kept, for tenths of a second at a rebalance: they run on a
-    thread, while the loop goes on. All of an assignment's marks are made in one call per
-    directory (every table's stores share the worker's table directory), so one directory
-    fsync covers them.
-    """
-    actives = list(actives)
-    by_dir: dict[Path, list[str]] = {}
-    for table in tables:
-        for path in _active_store_paths(table, actives):
-            by_dir.setdefault(path.parent, []).append(path.name)
-    added: list[str] = []
-    for tabledir, names in by_dir.items():
-        added += await asyncio.to_thread(mark_active, tabledir, names)
-    return added
-
-
-def _active_store_paths(table: CollectionT, actives: Iterable[TP]) -> list[Path]:
-    """Where the table's stores of the changelog partitions in ``actives`` are (or will be)."""
-    store = rocksdb_store(table)
-    if store is None:
-        return []
-    topic = changelog_topic(table)
-    return [
-        Path(store.partition_path(p))
-        for p in sorted({tp.partition for tp in actives if tp.topic == topic})
-    ]
 
 
 def set_aside_unreadable(table: CollectionT, tps: Iterable[TP]) -> list[Path]:

@@ -134,7 +134,7 @@ class BatchChangelog:
         for table in self.tables.values():
             if table is not None:
                 if finished:
-                    table.store.write_pending()
+                    table.finish()
                 else:
                     table.discard()
                 table.index_keys()

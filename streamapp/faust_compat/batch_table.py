@@ -53,6 +53,13 @@ same for every record of it. `BatchTable` holds one table's part of one batch:
   or by another agent; ``in`` outside a batch, iteration, ``len``, ``keys``, ``items``,
   ``values``, ``copy``, ``update``, ``clear``, a deletion outside a batch), so each sees every
   write made so far, as with per-call writes.
+- **under exactly_once** the store is transactional (`streamapp.runtime.stores`): the
+  partition's pending writes hold every write since its transaction last committed, and the
+  commit stores them. The batch's writes join them as they are made; the batch notes the
+  pending write each key it changes had before (its undo), so that its end can tell what the
+  writes now weigh and note the batch's source partition (`finish`), and a batch left
+  unfinished can put back what the earlier batches had pending (`discard`) instead of
+  dropping their writes with its own.
 - **the deletions**, with the writes: ``del table[key]`` and ``pop`` in a batch wait in the
   pending writes too (the key's value there is None), reads and ``in`` in the batch find the
   key gone, and the batch's end deletes it in the same write batch. The key is deleted in the
@@ -94,7 +101,9 @@ from typing import Any
 import faust
 from faust.sensors import Monitor
 from faust.sensors.monitor import TableState
+from faust.types import TP
 
+from streamapp.runtime.pending_writes import ABSENT
 from streamapp.runtime.stores import RocksDBStore
 
 
@@ -122,7 +131,8 @@ def for_batch(table: Any, store: Any) -> BatchTable | None:
     # What the store's per-call reads and writes read; a write also checks, once per batch,
     # that the source topic is co-partitioned with the changelog (the table's
     # partition_for_key).
-    return BatchTable(table, store, event.message.partition, _table_states(table))
+    message = event.message
+    return BatchTable(table, store, message.partition, _table_states(table), message.tp)
 
 
 def _table_states(table: Any) -> tuple[TableState, ...] | None:
@@ -152,14 +162,21 @@ class BatchTable:
         "handles",
         "partition",
         "pending",
+        "source",
         "states",
         "store",
         "table",
+        "undo",
         "write_partition",
     )
 
     def __init__(
-        self, table: Any, store: Any, partition: int, states: tuple[TableState, ...] | None
+        self,
+        table: Any,
+        store: Any,
+        partition: int,
+        states: tuple[TableState, ...] | None,
+        source: TP | None = None,
     ) -> None:
         self.table = table
         self.store = store
@@ -174,6 +191,11 @@ class BatchTable:
         #: The partition's writes not in its store yet (the store's `PendingWrites`, shared with
         #: every batch of the same store and partition; its plain dict, per record).
         self.pending: dict[bytes, bytes | None] = store.pending(partition).writes
+        #: The source partition of the batch's records.
+        self.source = source
+        #: A transactional store's: each key the batch changed -> its pending write before
+        #: (`ABSENT`: none). None for a store that stores the batch's writes as it ends.
+        self.undo: dict[bytes, Any] | None = {} if store.transactional else None
 
     def _db(self) -> Any:
         """The partition's open handle; a missing one (closed during an await in the batch, by
@@ -212,6 +234,9 @@ class BatchTable:
     def delete(self, key_bytes: bytes) -> None:
         """The store's deletion of ``key_bytes``, in the batch's partition: it waits with the
         partition's pending writes."""
+        undo = self.undo
+        if undo is not None and key_bytes not in undo:
+            undo[key_bytes] = self.pending.get(key_bytes, ABSENT)
         self.pending[key_bytes] = None
 
     def set(self, key: Any, value: Any, key_bytes: bytes, value_bytes: bytes | None) -> None:
@@ -228,12 +253,40 @@ class BatchTable:
             self.store.write_pending()
             self._db().put(key_bytes, value_bytes)
         else:
+            undo = self.undo
+            if undo is not None and key_bytes not in undo:
+                undo[key_bytes] = self.pending.get(key_bytes, ABSENT)
             self.pending[key_bytes] = value_bytes
+
+    def finish(self) -> None:
+        """The batch ended: its writes are stored, or under exactly_once wait for the
+        transaction of its source partition with the earlier ones (`PendingWrites.account`)."""
+        undo = self.undo
+        if undo is None:
+            self.store.write_pending()
+            return
+        if undo:
+            self.undo = {}
+            pending = self.store.pending(self.partition)
+            pending.account(undo)
+            if self.source is not None:
+                pending.sources.add(self.source)
 
     def discard(self) -> None:
         """The batch was left unfinished: its partition's writes are dropped, not stored (its
-        changelog records are not sent either)."""
-        self.pending.clear()
+        changelog records are not sent either). Under exactly_once only its own: the earlier
+        batches' writes, waiting for their transaction, are put back as they were."""
+        undo = self.undo
+        if undo is None:
+            self.pending.clear()
+            return
+        pending = self.pending
+        for key, old in undo.items():
+            if old is ABSENT:
+                pending.pop(key, None)
+            else:
+                pending[key] = old
+        undo.clear()
 
     def index_keys(self) -> None:
         """Put the keys noted so far in the store's key index (see the module)."""

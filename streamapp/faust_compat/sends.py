@@ -17,28 +17,39 @@ the send goes in the transaction of that record's partition. A send made outside
 (a timer, a web view, a task of its own) is Faust's, unchanged. ``streamapp.joins`` and the
 dead letters of ``streamapp.bad_records`` send through `send_for_source` too.
 
+Its ``commit`` answers whether every transaction committed: Faust's answers True when one was
+fenced (it crashes the app then) or had no producer left (fenced earlier, skipped with a
+warning), though its offsets and writes did not commit; a transactional store stores the
+writes of committed transactions only (`streamapp.runtime.store_commits`).
+
 ``Topic.send_soon`` puts a message in the producer's buffer, which another task publishes
 without the current event: `streamapp.bad_records.Topic` notes the source of each such message
 (`note_source`) and publishes it under that source (`publishing_for`).
 
 Touches ``TransactionManager._tps_to_transactional_ids`` (the transactional ids Faust begins,
-commits and ends per source partition). Delete when Faust's TransactionManager sends a record
-made while processing another in the transaction of the latter.
+commits and ends per source partition) and its aiokafka producer's ``_transaction_producers``
+(the producer of each transaction). Delete when Faust's TransactionManager sends a record made
+while processing another in the transaction of the latter, and its commit says when a
+transaction did not commit.
 Tests: tests/unit/streamapp/faust_compat/test_sends.py; tests/integration/test_eos_sends.py.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Iterator, Sequence
+import logging
+from collections.abc import Awaitable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
 from weakref import WeakKeyDictionary
 
+from aiokafka.errors import ProducerFenced
 from faust import current_event
 from faust.transport.consumer import TransactionManager as FaustTransactionManager
 from faust.types import TP, AppT, FutureMessage, RecordMetadata
 from faust.types.core import HeadersArg
+
+logger = logging.getLogger(__name__)
 
 #: The source record's partition of a send published away from its event (a buffered one).
 _publishing_for: ContextVar[TP | None] = ContextVar("streamapp_publishing_for", default=None)
@@ -123,6 +134,37 @@ class TransactionManager(FaustTransactionManager):
         return await self.producer.send(
             topic, key, value, partition, timestamp, headers, transactional_id=tid
         )
+
+    async def commit(self, offsets: Mapping[TP, int], start_new_transaction: bool = True) -> bool:
+        """Commit each source partition's offset in its transaction (Faust's commit); True
+        only if every transaction committed (see the module)."""
+        app = self.app
+        by_transaction: dict[str, dict[TP, int]] = {}
+        for tp, offset in offsets.items():
+            group = app.assignor.group_for_topic(tp.topic)
+            by_transaction.setdefault(f"{app.conf.id}-{group}-{tp.partition}", {})[tp] = offset
+        if not by_transaction:
+            return True
+        producer: Any = self.producer
+        missing = sorted(
+            tid for tid in by_transaction if tid not in producer._transaction_producers
+        )
+        try:
+            await producer.commit_transactions(
+                by_transaction, app.conf.id, start_new_transaction=start_new_transaction
+            )
+        except ProducerFenced as exc:
+            logger.warning("streamapp: a transaction was fenced by another worker: %r", exc)
+            await app.crash(exc)
+            return False
+        if missing:
+            logger.warning(
+                "streamapp: transactions %s have no producer (fenced by another worker): their "
+                "offsets and table writes are not committed",
+                ", ".join(missing),
+            )
+            return False
+        return True
 
 
 def note_source(fut: FutureMessage) -> None:

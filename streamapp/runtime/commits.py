@@ -12,7 +12,10 @@ Under exactly_once a commit happens between records only: the fetch loop hands n
 it waits until every record it handed out is processed, the producer's buffer is flushed into
 the open transactions, and each partition's transaction commits its offset (Faust's
 ``TransactionManager.commit``). A transaction so never holds the output of a record whose offset
-it does not commit, and never commits an offset whose changelog records are not in it.
+it does not commit, and never commits an offset whose changelog records are not in it. The
+tables' writes wait in memory for that commit (transactional stores,
+`streamapp.runtime.store_commits`): once they take more than ``eos_pending_writes_max_bytes``
+a commit is due at once, whatever the commit interval says.
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ from aiokafka import TopicPartition
 from aiokafka.errors import KafkaError
 from aiokafka.structs import OffsetAndMetadata
 from faust.types import TP
+
+from streamapp.settings import StreamappSettings
 
 if TYPE_CHECKING:
     from streamapp.runtime.consumer import Consumer
@@ -47,6 +52,8 @@ class Committer:
         #: A commit asked by another task under exactly_once: the loop makes it next round.
         self.requested = False
         self.refused = 0
+        #: Commits made early under exactly_once, the pending writes being full.
+        self.early_commits = 0
 
     def due(self) -> bool:
         consumer = self.consumer
@@ -55,7 +62,25 @@ class Committer:
             self.requested
             or monotonic() - self.last_commit >= consumer.commit_interval
             or (every is not None and consumer.ledger.acks_since_reset >= every)
+            or (consumer.in_transaction and self.pending_writes_full())
         )
+
+    def pending_writes_full(self) -> bool:
+        """Whether the tables' writes waiting for a commit take more memory than
+        ``eos_pending_writes_max_bytes`` allows."""
+        pending_bytes = getattr(self.app.tables, "pending_bytes", None)
+        if pending_bytes is None:
+            return False
+        settings = getattr(self.app, "streamapp_settings", None)
+        limit = (
+            StreamappSettings.eos_pending_writes_max_bytes
+            if settings is None
+            else settings.eos_pending_writes_max_bytes
+        )
+        if pending_bytes() < limit:
+            return False
+        self.early_commits += 1
+        return True
 
     async def maybe_commit(self) -> None:
         """The fetch loop's commit, when one is due."""

@@ -122,7 +122,7 @@ class Rebalance:
                 )
             else:
                 await committer.commit_processed(streams)
-        app.tables.on_partitions_revoked(held)
+        app.tables.on_revoked_after_commit(held)  # type: ignore[attr-defined]
         consumer.ledger.forget(streams)
         consumer.giving_up -= streams
         consumer.assigned -= held

@@ -9,6 +9,9 @@ first. The key index (`RocksDBStore.key_index`, ``table_key_index_size`` keys) n
 partition each key was last found or written in. Iteration, ``len`` and the views cover the
 active partitions (every partition of a global table). Every read sees the partitions' pending
 writes; a write or deletion here stores a partition's pending writes first, which are older.
+A transactional store (exactly_once) stores neither here: a write or deletion joins the
+partition's pending writes, which its transaction's commit stores, and a deletion made for a
+record deletes the key in that record's partition, the one its changelog record goes to.
 """
 
 from __future__ import annotations
@@ -40,6 +43,10 @@ class TableMapping:
     handles: PartitionHandles
     pending_writes: dict[int, PendingWrites]
 
+    @property
+    def transactional(self) -> bool:
+        raise NotImplementedError
+
     def read(self, partition: int, key: bytes) -> bytes | None:
         raise NotImplementedError
 
@@ -47,6 +54,9 @@ class TableMapping:
         raise NotImplementedError
 
     def write_pending(self, partition: int | None = None) -> None:
+        raise NotImplementedError
+
+    def stage(self, partition: int, key: bytes, value: bytes | None, source: TP | None) -> None:
         raise NotImplementedError
 
     def items_of(self, partition: int) -> Iterator[tuple[bytes, bytes]]:
@@ -115,6 +125,12 @@ class TableMapping:
         if event is None:
             raise RuntimeError("Cannot modify table outside of agent/stream.")
         partition: int = event.message.partition
+        if self.transactional:
+            if value is None:  # as rocksdict's put takes it
+                raise TypeError(f"a table value cannot be None (key {key!r})")
+            self.key_index[key] = partition
+            self.stage(partition, key, value, event.message.tp)
+            return
         pending = self.pending_writes.get(partition)
         if pending is not None and pending.writes:
             self.write_pending(partition)
@@ -125,7 +141,16 @@ class TableMapping:
         db.put(key, value)
 
     def delete_bytes(self, key: bytes) -> None:
-        """Delete ``key`` in the partition the key index names, or in every open partition."""
+        """Delete ``key`` in the partition the key index names, or in every open partition
+        (transactional: in the current event's partition, when Faust's rule uses one)."""
+        if self.transactional:
+            event = current_event()
+            partition = self._event_partition()
+            source = None if event is None else event.message.tp
+            targets = [partition] if partition is not None else self._partitions_for_key(key)
+            for each in targets:
+                self.stage(each, key, None, source)
+            return
         for partition in self._partitions_for_key(key):
             self.write_pending(partition)
             self.handle(partition).delete(key)

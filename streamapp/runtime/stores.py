@@ -19,6 +19,13 @@ What differs from Faust's store:
 - a batch agent's writes wait in the partition's pending writes, which reads see, and are stored
   in one write batch as the batch ends (`pending`, `write_pending`;
   `streamapp.runtime.pending_writes`);
+- under exactly_once the store is transactional: every write waits in the partition's pending
+  writes until the transactions that carried its changelog records have committed, and is then
+  stored with the changelog offset it reaches in one write batch (`commit_pending`, called by
+  the table manager at each commit); an aborted transaction's writes, and a revoked
+  partition's uncommitted ones, are dropped (`drop_pending`). The store on disk so holds
+  committed writes only, and its offset is the last committed one: after a crash, recovery
+  replays only the changelog's tail past it, as at-least-once;
 - a revoked partition's handle is closed off the event loop, and a rebalance awaits those closes
   before it opens anything (`streamapp.runtime.store_handles`);
 - the offset of each open handle is noted as it is written, for the join metadata, readable
@@ -142,10 +149,24 @@ class RocksDBStore(TableMapping, Store[Any, Any]):
         self.handles = PartitionHandles(self.table_name, self._open_partition)
         #: Partition -> its writes not stored yet (`pending`).
         self.pending_writes: dict[int, PendingWrites] = {}
+        #: `transactional`, once the worker runs (None: not asked yet, or not in a worker).
+        self._transactional: bool | None = None
         self.db_lock = asyncio.Lock()
         #: False once a rebalance begins: an earlier one stops opening its assigned partitions.
         self.opening_assigned = False
         _stores[id(table)] = weakref.ref(self, _forget_store(id(table)))
+
+    @property
+    def transactional(self) -> bool:
+        """Whether writes wait for their transactions' commit (see the module): under
+        exactly_once, in a worker (Faust runs transactions only there)."""
+        found = self._transactional
+        if found is None:
+            app = self.app
+            found = bool(app.in_transaction)
+            if app.in_worker:  # final from here on
+                self._transactional = found
+        return found
 
     # -- Where the partitions are (Faust's layout) --
 
@@ -235,7 +256,10 @@ class RocksDBStore(TableMapping, Store[Any, Any]):
 
     def write_pending(self, partition: int | None = None) -> None:
         """Store the pending writes of ``partition`` (of every partition when None), one write
-        batch per partition."""
+        batch per partition. A transactional store stores none here: its pending writes wait
+        for their transactions' commit (`commit_pending`)."""
+        if self.transactional:
+            return
         if partition is not None:
             pending = self.pending_writes.get(partition)
             if pending is not None and pending.writes:
@@ -246,6 +270,53 @@ class RocksDBStore(TableMapping, Store[Any, Any]):
             if pending.writes:
                 self.write(each, pending.writes)
                 pending.drop()
+
+    # -- Transactional writes (exactly_once) --
+
+    def stage(self, partition: int, key: bytes, value: bytes | None, source: TP | None) -> None:
+        """``value`` for ``key`` (None: its deletion) in ``partition``, made by a record of
+        ``source``, waiting for that record's transaction to commit."""
+        pending = self.pending(partition)
+        pending.stage(key, value)
+        if source is not None:
+            pending.sources.add(source)
+
+    def committed_partitions(self, committed: set[TP]) -> list[int]:
+        """The partitions whose pending writes were all made by records of ``committed``
+        source partitions (whose transactions just committed)."""
+        return [
+            partition
+            for partition, pending in self.pending_writes.items()
+            if pending.writes and pending.sources <= committed
+        ]
+
+    def commit_pending(self, partition: int, offset: int | None) -> None:
+        """Store the partition's pending writes and, when given, the changelog ``offset`` they
+        reach, in one write batch: the transactions that made them have committed."""
+        pending = self.pending_writes.get(partition)
+        self.write(partition, {} if pending is None else pending.writes, offset)
+        if pending is not None:
+            pending.drop()
+
+    def drop_pending(self, partitions: Iterable[int]) -> int:
+        """Forget the pending writes of ``partitions`` (their transactions will not commit
+        here); returns how many writes were dropped."""
+        dropped = 0
+        for partition in partitions:
+            pending = self.pending_writes.get(partition)
+            if pending is not None:
+                dropped += len(pending)
+                pending.drop()
+        return dropped
+
+    def pending_partitions(self) -> dict[int, set[TP]]:
+        """Partition -> the source partitions that made its pending writes, for each partition
+        that has some."""
+        return {p: set(w.sources) for p, w in self.pending_writes.items() if w.writes}
+
+    def pending_bytes(self) -> int:
+        """About the memory the pending writes of every partition take."""
+        return sum(pending.size for pending in self.pending_writes.values())
 
     def items_of(self, partition: int) -> Iterator[tuple[bytes, bytes]]:
         """Every key and value bytes stored in ``partition`` (its pending writes seen; the
@@ -288,7 +359,12 @@ class RocksDBStore(TableMapping, Store[Any, Any]):
         return decode_offset(self.handle(tp.partition).get(OFFSET_KEY))
 
     def set_persisted_offset(self, tp: TP, offset: int) -> None:
-        """The partition's store holds its changelog up to ``offset`` (its data is written)."""
+        """The partition's store holds its changelog up to ``offset`` (its data is written).
+        A transactional store whose partition has writes pending keeps its offset: the offset
+        goes with them (`commit_pending`), never ahead of them."""
+        pending = self.pending_writes.get(tp.partition)
+        if self.transactional and pending is not None and pending.writes:
+            return
         self.handle(tp.partition).put(OFFSET_KEY, encode_offset(offset))
         self.handles.note_offset(tp.partition, offset)
 

@@ -19,9 +19,10 @@ Damaged local state is set aside before it is used, and rebuilt from the changel
   had changed): replayed from the log start instead;
 - a store of a partition the changelog no longer has.
 
-Under exactly_once a store's offset is written once the transaction that carried its changelog
-records has committed (`on_commit`): Faust keeps it aside keyed by changelog partition, then
-looks it up by the committed source partitions and never finds one.
+Under exactly_once a store's writes, and its offset, reach it once the transactions that carried
+their changelog records have committed (`on_commit`; `streamapp.runtime.store_commits`): Faust
+keeps the offset aside keyed by changelog partition, then looks it up by the committed source
+partitions and never finds one.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from mode.utils.collections import FastUserDict
 from streamapp.runtime import store_opening
 from streamapp.runtime.partitions_text import partitions_text
 from streamapp.runtime.replay import Recovery, Restore
+from streamapp.runtime.store_commits import StoreCommits
 from tables import store_guard
 from tables.damaged import offset_beyond_end, records_missing_before_start
 
@@ -63,9 +65,8 @@ class TableManager(Service, TableManagerT, FastUserDict[str, CollectionT]):
         self.actives_ready = False
         self.standbys_ready = False
         self.recovery = Recovery()
-        #: Changelog partition -> (its store, the offset of its last record written), under
-        #: exactly_once: persisted once the transaction that carried it commits.
-        self.pending_offsets: dict[TP, tuple[StoreT[Any, Any], int]] = {}
+        #: Under exactly_once: the stores' writes and offsets waiting for their commit.
+        self.store_commits = StoreCommits(app, self)
         self._registered = asyncio.Event()
         self.tables_final = False
         self._restore_pending = False
@@ -121,37 +122,18 @@ class TableManager(Service, TableManagerT, FastUserDict[str, CollectionT]):
             return False
         return await self.wait_for_stopped(self.recovery.completed)  # type: ignore[arg-type]
 
-    # -- offsets under exactly_once ----------------------------------------------------------
+    # -- writes and offsets under exactly_once ---------------------------------------------
 
     def persist_offset_on_commit(self, store: StoreT[Any, Any], tp: TP, offset: int) -> None:
-        found = self.pending_offsets.get(tp)
-        if found is None or offset > found[1]:
-            self.pending_offsets[tp] = (store, offset)
+        self.store_commits.persist_offset_on_commit(store, tp, offset)
 
     def on_commit(self, offsets: MutableMapping[TP, int]) -> None:
-        """A commit went through: persist the store offsets its transactions carried.
+        """A commit went through: store what its transactions wrote (`StoreCommits`)."""
+        self.store_commits.on_commit(offsets)
 
-        A record's transaction is the one of its source partition's topic group and partition
-        number (``<app id>-<topic group>-<partition>``), so a committed source partition
-        committed the changelog records written under the same group and partition.
-        """
-        if not self.pending_offsets:
-            return
-        committed = {
-            (group, tp.partition)
-            for tp in offsets
-            if (group := self._topic_group(tp.topic)) is not None
-        }
-        for tp, (store, offset) in list(self.pending_offsets.items()):
-            if (self._topic_group(tp.topic), tp.partition) in committed:
-                store.set_persisted_offset(tp, offset)
-                del self.pending_offsets[tp]
-
-    def _topic_group(self, topic: str) -> int | None:
-        try:
-            return int(self.app.assignor.group_for_topic(topic))
-        except KeyError:  # a topic the assignor has not grouped (not subscribed)
-            return None
+    def pending_bytes(self) -> int:
+        """About the memory the writes waiting for a commit take (exactly_once)."""
+        return self.store_commits.pending_bytes()
 
     # -- rebalances --------------------------------------------------------------------------
 
@@ -166,10 +148,16 @@ class TableManager(Service, TableManagerT, FastUserDict[str, CollectionT]):
         self.standbys_ready = True
 
     def on_partitions_revoked(self, revoked: set[TP]) -> None:
-        # Offsets waiting for their transaction's commit stay: the revocation's own commit (or
-        # the last one, as the worker stops) comes after this, and persists them.
+        # Faust's app calls this too as the worker stops, before the consumer's last commit:
+        # the pending writes wait for that commit, which stores those it commits.
         changelogs = self.by_changelog
         self.recovery.forget(tp for tp in revoked if tp.topic in changelogs)
+
+    def on_revoked_after_commit(self, revoked: set[TP]) -> None:
+        """A rebalance gave ``revoked`` up, after committing what it processed: what the
+        partitions still have pending will never be committed here."""
+        self.store_commits.on_revoked(revoked)
+        self.on_partitions_revoked(revoked)
 
     async def on_rebalance(
         self,
@@ -181,15 +169,13 @@ class TableManager(Service, TableManagerT, FastUserDict[str, CollectionT]):
         """Open the assignment's stores and decide what is replayed from where."""
         self.tables_final = True
         changelogs = self.by_changelog
-        # Offsets still waiting for a commit of partitions no longer held: that commit never
-        # comes from this worker.
-        for tp in [tp for tp in self.pending_offsets if tp not in assigned]:
-            del self.pending_offsets[tp]
         assignor = self.app.assignor
         actives = {tp for tp in assignor.assigned_actives() if tp.topic in changelogs}
         standbys = {tp for tp in assignor.assigned_standbys() if tp.topic in changelogs}
         standbys -= actives
-        await store_guard.mark_assigned_actives(self.values(), actives)
+        # Writes and offsets waiting for a commit of partitions no longer active here, or of
+        # partitions gained (a store starts from what it holds): that commit never comes.
+        self.store_commits.on_assigned(assigned, actives, newly_assigned)
         consumer: Any = self.app.consumer
         for table in self.values():
             await store_opening.one_store_a_turn(table, assigned, store_guard.set_aside_unreadable)

@@ -73,8 +73,11 @@ def _assert_nothing_lost(result: Any) -> None:
 
 @pytest.mark.slow
 @pytest.mark.timeout(420)
-def test_demo_with_a_worker_crash_loses_nothing(kafka_bootstrap: str, tmp_path: Path) -> None:
-    result = _run_demo(kafka_bootstrap, tmp_path)
+def test_demo_at_least_once_with_a_worker_crash_loses_nothing(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    result = _run_demo(kafka_bootstrap, tmp_path, "--at-least-once")
+    assert result.processing_guarantee == "at_least_once"
     _assert_nothing_lost(result)
     # Late clicks and dead letters are counted, not dropped in silence (at-least-once
     # replays may count a record twice, never zero times).
@@ -90,14 +93,15 @@ def test_demo_with_a_worker_crash_loses_nothing(kafka_bootstrap: str, tmp_path: 
 
 @pytest.mark.slow
 @pytest.mark.timeout(420)
-def test_demo_exactly_once_with_a_worker_crash_loses_and_repeats_nothing(
+def test_demo_exactly_once_by_default_with_a_worker_crash_loses_and_repeats_nothing(
     kafka_bootstrap: str, tmp_path: Path
 ) -> None:
-    result = _run_demo(kafka_bootstrap, tmp_path, "--exactly-once")
+    result = _run_demo(kafka_bootstrap, tmp_path)
+    assert result.processing_guarantee == "exactly_once"
     _assert_nothing_lost(result)
     r, truth = result.reconciliation, result.truth
-    # The tables' state is exact too: what the killed worker had applied of transactions
-    # the broker aborted was discarded, so no input is counted twice...
+    # The tables' state is exact too: the killed worker's stores held only what its committed
+    # transactions wrote, so no input is counted twice...
     assert result.counters.get("late", 0) == truth.late_clicks > 0
     assert result.counters.get("dead_letter", 0) == truth.undecodable
     assert result.counters.get("duplicate_click", 0) == 0
@@ -105,10 +109,10 @@ def test_demo_exactly_once_with_a_worker_crash_loses_and_repeats_nothing(
     assert unmatched == truth.orphan_clicks > 0
     # The per-campaign aggregate (a batch agent) counted each attributed click once.
     assert result.campaign_clicks == truth.per_campaign_clicks
-    # ...because the restarted worker found no clean-shutdown marker and dropped the stores it
-    # held as actives (its standby stores, committed records only, are kept).
+    # ...though the restarted worker kept every store it had (transactional stores), replaying
+    # only their tails.
     victim_log = (tmp_path / "demo" / "worker-2.log").read_text(errors="replace")
-    assert "discarding" in victim_log and "did not shut down cleanly" in victim_log
+    assert "discarding" not in victim_log
     # ...and the output has each attribution exactly once.
     assert r.duplicated == 0, r.samples["duplicated"]
     assert r.output_records == r.expected

@@ -1,11 +1,17 @@
-"""A worker killed under exactly_once keeps its standby stores, on a real broker.
+"""A worker killed mid-transaction under exactly_once keeps every store, on a real broker.
 
-Under exactly_once a store this process wrote to may hold writes of the transaction the crash
-aborted, so it is discarded as the worker restarts and restored from the changelog. A standby's
-store applied committed changelog records only: it is kept, and recovery replays its tail.
-The test starts one worker, then a second that takes over a partition through a warmup, so the
-second one's standby store was never active there; kills the second with SIGKILL, writes more
-while it is down, and restarts it. The table ends exact.
+Under exactly_once streamapp's stores are transactional: a table write reaches RocksDB only once
+the transaction that carried its changelog record has committed. The test starts one worker,
+then a second that takes over one partition through a warmup and replicates the other as a
+standby; holds the second's agent in the middle of a record (its write made and its changelog
+record sent, its transaction open: `apps.recovery_end`), kills it with SIGKILL there, writes
+more while it is down, and restarts it. Checked:
+
+- nothing is discarded: both stores are the same RocksDB (IDENTITY) before and after;
+- the active's store as the kill left it holds exactly the committed changelog up to its
+  offset, and not the write of the open transaction;
+- the restarted worker replays only what its stores' offsets do not cover, and the table ends
+  exact.
 """
 
 from __future__ import annotations
@@ -17,16 +23,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import rocksdict
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.partitioner import DefaultPartitioner
 
 from streamapp.testing.kafka_io import create_topic
 from streamapp.testing.worker import WorkerProcess
-from tables.inventory import read_persisted_offset
+from tables.inventory import OFFSET_KEY, read_persisted_offset
 
 from .apps.recovery_end import (
     APP_ID_ENV,
     GUARANTEE_ENV,
+    HOLD_FILE_ENV,
     PARTITIONS,
     STANDBYS_ENV,
     TABLE,
@@ -37,10 +45,11 @@ from .replica_lag import unmeasured_replicas, unsettled_replicas
 from .workers import wait_for_workers
 
 APP = "tests.integration.apps.recovery_end:app"
-APP_ID = "it-eos-crash-standbys"
+APP_ID = "it-eos-crash-stores"
 SOURCE = source_topic(APP_ID)
 CHANGELOG = changelog_topic(APP_ID)
 DISCARDING = "streamapp: discarding "
+HOLDING = "HOLDING "
 # Events produced while both workers run: enough for 1000 on each changelog partition.
 REPLICATED = 3600
 
@@ -59,7 +68,7 @@ async def _produce(bootstrap: str, events: list[tuple[str, bytes]]) -> None:
 async def _closed_ends(bootstrap: str) -> dict[int, int] | None:
     """partition -> the changelog's end when no transaction is open on it; None while one is.
 
-    The table's view shows a write as soon as it is in the store, before its transaction
+    The table's view shows a write as soon as it is made, before its transaction
     commits; a committed end read then (the last stable offset) stops at that transaction's
     first record, and the commit adds its records and marker afterwards (one run read 1747,
     and w2 replayed to 1756: 8 records written 0.7 s before their commit marker, and the
@@ -89,6 +98,56 @@ async def _changelog_ends(bootstrap: str) -> dict[int, int]:
             return ends
         await asyncio.sleep(0.2)
     raise AssertionError("a transaction on the changelog stays open for a minute")
+
+
+async def _open_transaction(bootstrap: str, partition: int) -> bool:
+    """Whether the changelog partition has records of a transaction not committed yet (its
+    last stable offset is below its end)."""
+    committed = AIOKafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed")
+    written = AIOKafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_uncommitted")
+    await committed.start()
+    await written.start()
+    try:
+        tp = TopicPartition(CHANGELOG, partition)
+        return bool((await committed.end_offsets([tp]))[tp] < (await written.end_offsets([tp]))[tp])
+    finally:
+        await committed.stop()
+        await written.stop()
+
+
+async def _committed_records(bootstrap: str, partition: int) -> list[tuple[int, bytes, bytes]]:
+    """(offset, key, value) of every committed record of the changelog partition so far."""
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap, isolation_level="read_committed", enable_auto_commit=False
+    )
+    await consumer.start()
+    try:
+        tp = TopicPartition(CHANGELOG, partition)
+        consumer.assign([tp])
+        end = (await consumer.end_offsets([tp]))[tp]
+        consumer.seek(tp, 0)
+        found = []
+        while await consumer.position(tp) < end:
+            batch = await consumer.getmany(tp, timeout_ms=1000)
+            found += [(r.offset, r.key, r.value) for r in batch.get(tp, [])]
+        return found
+    finally:
+        await consumer.stop()
+
+
+def _store_on_disk(path: Path) -> tuple[dict[bytes, bytes], int | None]:
+    """What the store at ``path`` holds (read-only, as a restart finds it), and its offset."""
+    db = rocksdict.Rdict(
+        str(path),
+        options=rocksdict.Options(raw_mode=True),
+        access_type=rocksdict.AccessType.read_only(),
+    )
+    try:
+        rows = dict(db.items())
+    finally:
+        db.close()
+    raw = rows.pop(OFFSET_KEY, None)
+    return rows, None if raw is None else int(raw)
 
 
 async def _lag_when_replicated(bootstrap: str) -> tuple[dict[int, int], dict[int, int]]:
@@ -122,16 +181,23 @@ class Group:
         self.root = root
         self.workers: dict[str, WorkerProcess] = {}
         self.expected: Counter[str] = Counter()
+        self.hold_file = root / "hold"
 
     def start(self, name: str) -> WorkerProcess:
-        worker = self.workers.get(name) or WorkerProcess(APP, self.bootstrap, self.root / name)
+        worker = self.workers.get(name) or WorkerProcess(
+            APP, self.bootstrap, self.root / name, env={HOLD_FILE_ENV: str(self.hold_file)}
+        )
         self.workers[name] = worker
         return worker.start()
 
-    def produce(self, count: int, keys: int = 12) -> None:
-        events = [(f"k{i % keys}", b"x") for i in range(count)]
+    def produce(self, count: int, keys: int = 12, value: bytes = b"x") -> None:
+        events = [(f"k{i % keys}", value) for i in range(count)]
         self.expected.update(key for key, _ in events)
         asyncio.run(_produce(self.bootstrap, events))
+
+    def produce_key(self, key: str, value: bytes) -> None:
+        self.expected[key] += 1
+        asyncio.run(_produce(self.bootstrap, [(key, value)]))
 
     def view(self, name: str) -> dict[str, Any]:
         view: dict[str, Any] = self.workers[name].get_json("/streamapp/assignment")
@@ -195,6 +261,11 @@ class Group:
         return "\n".join(lines) + f"\nexpected {dict(self.expected)}"
 
 
+def _partition_of(key: str) -> int:
+    partitions = list(range(PARTITIONS))
+    return int(DefaultPartitioner()(key.encode(), partitions, partitions))
+
+
 def _records_per_partition(count: int, keys: int) -> Counter[int]:
     """How many of ``Group.produce(count, keys)``'s events each source partition gets: the
     producer's default partitioner (murmur2 of the key), as the test's producer uses it."""
@@ -209,7 +280,13 @@ def _ever_active(view: dict[str, Any]) -> set[int]:
     return {p for entry in view["history"] for p in entry["active"].get(CHANGELOG, [])}
 
 
-def test_a_worker_killed_under_exactly_once_keeps_its_standby_stores(
+def _log_since(worker: WorkerProcess, start: int) -> str:
+    with worker.log_path.open("rb") as f:
+        f.seek(start)
+        return f.read().decode(errors="replace")
+
+
+def test_a_worker_killed_mid_transaction_keeps_every_store_and_replays_only_the_tail(
     kafka_bootstrap: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv(APP_ID_ENV, APP_ID)
@@ -238,50 +315,74 @@ def test_a_worker_killed_under_exactly_once_keeps_its_standby_stores(
         [standby] = view["standby"][CHANGELOG]
         assert _ever_active(view) == {active}, view["history"]
 
+        # w2's agent makes a write and holds: its transaction stays open, its changelog record
+        # sent and not committed, and w2 is killed there.
         victim = group.workers["w2"]
+        log_from = victim.log_path.stat().st_size
+        [held_key] = [k for k in (f"k{i}" for i in range(12)) if _partition_of(k) == active][:1]
+        group.hold_file.write_text("hold")
+        group.produce_key(held_key, b"hold")
+        wait_for_workers(
+            group.live(),
+            "w2 holding a record with its transaction open",
+            lambda: (
+                HOLDING + held_key in _log_since(victim, log_from)
+                and asyncio.run(_open_transaction(kafka_bootstrap, active))
+            ),
+            timeout=60,
+        )
         victim.stop(signal.SIGKILL)
+        group.hold_file.unlink()
         [standby_store] = [p for p in victim.data_dir.rglob(f"{TABLE}-{standby}.db") if p.is_dir()]
         [active_store] = [p for p in victim.data_dir.rglob(f"{TABLE}-{active}.db") if p.is_dir()]
-        identity = (standby_store / "IDENTITY").read_text()
-        standby_offset = read_persisted_offset(standby_store)
-        assert standby_offset is not None and standby_offset >= 999, standby_offset
+        identities = {p: (p / "IDENTITY").read_text() for p in (active_store, standby_store)}
+        offsets = {p: read_persisted_offset(p) for p in (active_store, standby_store)}
+        assert offsets[standby_store] is not None and offsets[standby_store] >= 999, offsets
+
+        # The active's store holds the committed changelog up to its offset, exactly: not the
+        # write of the transaction the kill left open (which its next owner's start aborts).
+        data, offset = _store_on_disk(active_store)
+        assert offset is not None
+        committed = asyncio.run(_committed_records(kafka_bootstrap, active))
+        assert offset in {o for o, _, _ in committed}, (offset, committed[-3:])
+        expected_data: dict[bytes, bytes] = {}
+        for record_offset, key, value in committed:
+            if record_offset <= offset:
+                expected_data[key] = value
+        assert data == expected_data
+        # The table's keys are JSON: the held write (the key's last count) is not there.
+        assert data[f'"{held_key}"'.encode()] == str(group.expected[held_key] - 1).encode()
 
         # w1 takes everything back; more events while w2 is down, for every partition.
         group.wait_settled("w1 taking over")
         group.produce(96)
         group.wait_settled("the events while w2 is down")
         ends = asyncio.run(_changelog_ends(kafka_bootstrap))
-        assert ends[standby] > standby_offset + 1
+        assert ends[standby] > offsets[standby_store] + 1
 
         log_from = victim.log_path.stat().st_size
         group.start("w2")
         group.wait_settled("w2 back")
-        with victim.log_path.open("rb") as f:
-            f.seek(log_from)
-            log = f.read().decode(errors="replace")
-        # One line: the active's store goes, the standby's stays.
-        [line] = [line for line in log.splitlines() if DISCARDING in line]
-        assert f"discarding 1 of 2 local stores in {active_store.parent} ({active_store.name})" in (
-            line
-        ), line
-        assert line.rstrip().endswith(f"Kept: {standby_store.name}"), line
-        # The standby's store is the same RocksDB (never rebuilt), and what w2 replayed since it
-        # came back is at most the discarded store's changelog in full and the kept one's tail.
-        assert (standby_store / "IDENTITY").read_text() == identity
+        log = _log_since(victim, log_from)
+        assert DISCARDING not in log, log
+        # Both stores are the same RocksDB (never rebuilt)...
+        for path, identity in identities.items():
+            assert (path / "IDENTITY").read_text() == identity, path
+        # ... and what w2 replayed since it came back is each store's tail past its offset.
         back = group.view("w2")
         replayed: Counter[int] = Counter()
         for entry in back["history"]:
             for p, n in entry["by_partition"].get(CHANGELOG, {}).items():
                 replayed[int(p)] += n
-        # Replayed as an active at most the tail: the kept store was not replayed from the start.
-        # Where the plan gives the partition back to w2 it is withheld one round first, and w2
-        # replicates it meanwhile (rule 9 of docs/assignment-rules.md): that standby replays the
-        # tail, and the active's own replay is what is left of it, often nothing.
-        tail = ends[standby] - (standby_offset + 1)
-        assert replayed[standby] <= tail, (replayed, ends, standby_offset)
-        assert replayed[active] <= ends[active], (replayed, ends)
+        for path, partition in ((active_store, active), (standby_store, standby)):
+            persisted = offsets[path]
+            assert persisted is not None
+            tail = ends[partition] - (persisted + 1)
+            assert replayed[partition] <= tail, (partition, replayed, ends, offsets)
         assert "Traceback" not in log, log
     finally:
+        if group.hold_file.exists():
+            group.hold_file.unlink()
         for worker in group.workers.values():
             if worker.alive():
                 worker.stop()

@@ -1,6 +1,11 @@
 """The recovery-end tests' app: counts events per key in a changelog table; an event whose value
 is ``delete`` deletes its key instead (a tombstone in the changelog).
 
+An event whose value is ``hold`` is counted, then its agent waits while the file the
+``IT_RECOVERY_END_HOLD_FILE`` variable names exists (logging ``HOLDING <key>`` once): its
+write, and its changelog record, stay in a transaction that cannot commit until then, so a test
+can kill the worker mid-transaction.
+
 Each test runs its own app id (topics, group) on the session's broker, under the processing
 guarantee it asks for, with the standby replicas it asks for (none unless it says), all from the
 environment.
@@ -8,6 +13,8 @@ environment.
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import os
 from typing import Any
 
@@ -17,6 +24,7 @@ PARTITIONS = 2
 APP_ID_ENV = "IT_RECOVERY_END_APP_ID"
 GUARANTEE_ENV = "IT_RECOVERY_END_GUARANTEE"
 STANDBYS_ENV = "IT_RECOVERY_END_STANDBYS"
+HOLD_FILE_ENV = "IT_RECOVERY_END_HOLD_FILE"
 APP_ID = os.environ.get(APP_ID_ENV, "it-recovery-end")
 TABLE = "rec-counts"
 
@@ -46,6 +54,15 @@ events = app.topic(
     partitions=PARTITIONS,
 )
 counts = app.Table(TABLE, default=int, partitions=PARTITIONS)
+logger = logging.getLogger("recovery_end")
+
+
+async def _hold(key: str) -> None:
+    hold_file = os.environ.get(HOLD_FILE_ENV)
+    if hold_file and os.path.exists(hold_file):
+        logger.warning("HOLDING %s", key)
+        while os.path.exists(hold_file):
+            await asyncio.sleep(0.1)
 
 
 @app.agent(events)
@@ -56,6 +73,8 @@ async def count_events(stream: Any) -> None:
                 del counts[key]
         else:
             counts[key] += 1
+            if value == b"hold":
+                await _hold(key)
 
 
 @app.page("/counts/")

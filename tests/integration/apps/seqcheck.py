@@ -7,8 +7,14 @@ is missing a record the changelog has: the worker then processed against stale s
 at-least-once a replay only meets state that is *ahead* (``prev`` below what is held), which is
 harmless here, so a flag always means lost state.
 
-Flags are logged as ``STALE <partition> <key> prev=<prev> held=<held>`` (read from the workers'
-logs by the tests, which outlive a worker's restarts) and counted on ``/seqcheck/``.
+Under exactly_once (``SEQCHECK_GUARANTEE=exactly_once``) each record is processed once against
+committed state, so what the table holds for its key is exactly its ``prev``: a ``prev`` below
+it met state ahead of the committed input, a write that survived the transaction a crash
+aborted (uncommitted state). That is flagged too, as ``AHEAD``.
+
+Flags are logged as ``STALE <partition> <key> prev=<prev> held=<held>`` and ``AHEAD ...`` (read
+from the workers' logs by the tests, which outlive a worker's restarts) and counted on
+``/seqcheck/``.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from streamapp import App
 APP_ID = os.environ.get("SEQCHECK_APP_ID", "it-seqcheck")
 PARTITIONS = int(os.environ.get("SEQCHECK_PARTITIONS", "8"))
 TOPIC = f"{APP_ID}-events"
+GUARANTEE = os.environ.get("SEQCHECK_GUARANTEE", "at_least_once")
 
 logger = logging.getLogger("seqcheck")
 
@@ -36,6 +43,7 @@ app = App(
     broker_rebalance_timeout=30.0,
     broker_commit_every=500,
     broker_commit_interval=1.0,
+    processing_guarantee=GUARANTEE,
 )
 events = app.topic(
     TOPIC,
@@ -60,6 +68,11 @@ async def check_and_keep(stream: Any) -> None:
             flagged += 1
             logger.warning(
                 "STALE %d %s prev=%d held=%d seq=%d", event.message.partition, key, prev, held, seq
+            )
+        elif prev < held and GUARANTEE == "exactly_once":
+            flagged += 1
+            logger.warning(
+                "AHEAD %d %s prev=%d held=%d seq=%d", event.message.partition, key, prev, held, seq
             )
         if seq > held:
             latest[key] = seq

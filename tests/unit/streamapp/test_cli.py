@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from examples.adclick.demo import build_parser as demo_parser
+from examples.adclick.demo import processing_guarantee as demo_processing_guarantee
 from streamapp.cli import build_parser
 from streamapp.kafka.probe import free_port
 from tests.paths import SHARED_SCENARIOS
@@ -145,6 +146,17 @@ def test_demo_help_explains_and_shows_defaults() -> None:
     assert "--workers WORKERS worker processes of the ad-click app (default: 3)" in text
     assert "--window-ms WINDOW_MS join window" in text and "(default: 10000)" in text
     assert "(default: None)" not in text
+
+
+def test_the_demo_runs_exactly_once_unless_asked_for_at_least_once() -> None:
+    for argv, expected in (
+        ([], "exactly_once"),
+        (["--exactly-once"], "exactly_once"),
+        (["--at-least-once"], "at_least_once"),
+    ):
+        assert demo_processing_guarantee(demo_parser().parse_args(argv)) == expected
+    with contextlib.redirect_stderr(io.StringIO()), pytest.raises(SystemExit):
+        demo_parser().parse_args(["--exactly-once", "--at-least-once"])
 
 
 def test_group_refusals_before_the_broker_are_one_line_and_exit_2() -> None:

@@ -63,6 +63,7 @@ SAMPLES: dict[str, tuple[list[str], str, object]] = {
     "static_membership": (["--no-static-membership"], "true", False),
     "leave_group_on_stop": (["--no-leave-group-on-stop"], "true", False),
     "rebalance_protocol": (["--rebalance-protocol", "eager"], "cooperative", "eager"),
+    "eos_pending_writes_max_bytes": (["--eos-pending-writes-max-bytes", "9"], "8", 9),
 }
 
 

@@ -1,28 +1,26 @@
-"""The clean-shutdown marker and the discard of local state, on real rocksdict stores."""
+"""What a worker keeps of the stores the previous run left (clean-shutdown marker, the run's
+guarantee, an older streamapp's active marks), on real rocksdict stores."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import textwrap
-import threading
 from pathlib import Path
-from typing import Any
 
 import pytest
 import rocksdict
 
-from tables import clean_shutdown
 from tables.clean_shutdown import (
     ACTIVE_MARKS_DIR,
+    MARK_SUFFIX,
     MARKER_FILE,
     StateInUseError,
     active_marks,
     begin_run,
-    mark_active,
     mark_clean_shutdown,
     must_discard,
+    previous_guarantee,
     store_paths,
 )
 from tables.inventory import OFFSET_KEY, LocalStateInventory
@@ -41,28 +39,42 @@ def _store(tabledir: Path, name: str, offset: int) -> Path:
 
 
 @pytest.mark.parametrize(
-    ("exactly_once", "clean_shutdown", "marks_kept", "marked_active", "expected"),
+    ("exactly_once", "clean_shutdown", "previous", "marks_kept", "marked_active", "expected"),
     [
-        # A crash under exactly_once: a store this run wrote to goes, a replica's stays.
-        (True, False, True, True, True),
-        (True, False, True, False, False),
-        # ... unless the data dir kept no marks (an older streamapp's): nothing is known.
-        (True, False, False, False, True),
+        # A crash of a run under exactly_once: its stores hold committed writes only.
+        (True, False, "exactly_once", False, False, False),
+        # A crash of a run under at_least_once: its stores hold writes not committed.
+        (True, False, "at_least_once", False, False, True),
+        (True, False, "at_least_once", True, False, True),
+        # An older streamapp's data dir: a store it marked active goes, a replica's stays...
+        (True, False, None, True, True, True),
+        (True, False, None, True, False, False),
+        (True, False, "exactly_once", True, True, True),
+        # ... and one that kept no marks says nothing: every store goes.
+        (True, False, None, False, False, True),
         # A clean stop: every store holds committed state.
-        (True, True, True, True, False),
-        (True, True, False, False, False),
+        (True, True, "at_least_once", False, False, False),
+        (True, True, None, True, True, False),
+        (True, True, None, False, False, False),
         # at_least_once replays over what it has.
-        (False, False, True, True, False),
-        (False, False, False, False, False),
+        (False, False, "at_least_once", False, False, False),
+        (False, False, None, True, True, False),
+        (False, False, None, False, False, False),
     ],
 )
-def test_must_discard_only_stores_written_before_a_crash_under_exactly_once(
-    exactly_once: bool, clean_shutdown: bool, marks_kept: bool, marked_active: bool, expected: bool
+def test_must_discard_only_stores_that_may_hold_uncommitted_writes(
+    exactly_once: bool,
+    clean_shutdown: bool,
+    previous: str | None,
+    marks_kept: bool,
+    marked_active: bool,
+    expected: bool,
 ) -> None:
     assert (
         must_discard(
             exactly_once=exactly_once,
             clean_shutdown=clean_shutdown,
+            previous_guarantee=previous,
             marks_kept=marks_kept,
             marked_active=marked_active,
         )
@@ -79,7 +91,30 @@ def _worker_dirs(tmp_path: Path) -> tuple[Path, Path]:
     return data_dir, tabledir
 
 
-def test_after_a_crash_in_a_data_dir_without_marks_every_store_and_claim_goes(
+def _older_marks(tabledir: Path, *marked: str) -> None:
+    """The active marks an older streamapp made as ``marked`` became actives under
+    exactly_once (and the empty directory it kept from its first start)."""
+    marks = tabledir / ACTIVE_MARKS_DIR
+    marks.mkdir(parents=True, exist_ok=True)
+    for name in marked:
+        (marks / (name + MARK_SUFFIX)).write_text("active\n")
+
+
+def test_after_a_crash_under_exactly_once_every_store_is_kept(tmp_path: Path) -> None:
+    data_dir, tabledir = _worker_dirs(tmp_path)
+    mark_clean_shutdown(tabledir)
+    assert begin_run(tabledir, data_dir, exactly_once=True) == []
+    assert previous_guarantee(tabledir) == "exactly_once"
+    # This run crashes: its stores, transactional, hold committed writes only.
+    assert begin_run(tabledir, data_dir, exactly_once=True) == []
+    assert LocalStateInventory(tabledir, CHANGELOGS).offsets() == {
+        "app-counts-changelog": {0: 42, 3: 8}
+    }
+    assert load_ownership(data_dir) == Ownership(generation=4, active={"src": [0, 3]})
+    assert not (tabledir / ACTIVE_MARKS_DIR).exists()
+
+
+def test_after_a_crash_in_a_data_dir_that_says_nothing_every_store_and_claim_goes(
     tmp_path: Path,
 ) -> None:
     data_dir, tabledir = _worker_dirs(tmp_path)
@@ -91,81 +126,76 @@ def test_after_a_crash_in_a_data_dir_without_marks_every_store_and_claim_goes(
     # The inventory reports no state, and the worker claims no tasks it held.
     assert LocalStateInventory(tabledir, CHANGELOGS).offsets() == {}
     assert load_ownership(data_dir) == Ownership(generation=4)
-    # From now on the data dir keeps marks: a crash of a run that made none discards nothing.
-    assert (tabledir / ACTIVE_MARKS_DIR).is_dir()
+    # Discarded once: from now on the data dir says how it was written.
     _store(tabledir, "counts-3.db", 9)
     assert begin_run(tabledir, data_dir, exactly_once=True) == []
 
 
-def _run_with_marks(tmp_path: Path, *marked: str) -> tuple[Path, Path]:
-    """A data dir whose last run started cleanly, marked ``marked`` active, then crashed."""
+def test_an_older_streamapps_marked_stores_go_once_and_the_marks_with_them(
+    tmp_path: Path,
+) -> None:
     data_dir, tabledir = _worker_dirs(tmp_path)
     save_ownership(data_dir, Ownership(generation=4, active={"src": [0]}, standby={"src": [3]}))
-    mark_clean_shutdown(tabledir)
-    assert begin_run(tabledir, data_dir, exactly_once=True) == []
-    assert mark_active(tabledir, marked) == list(marked)
-    return data_dir, tabledir
-
-
-def test_after_a_crash_under_exactly_once_only_the_stores_written_go(tmp_path: Path) -> None:
-    data_dir, tabledir = _run_with_marks(tmp_path, "counts-0.db")
+    _older_marks(tabledir, "counts-0.db", "counts-5.db")  # counts-5.db: never created
     discarded = begin_run(tabledir, data_dir, exactly_once=True)
     assert [p.name for p in discarded] == ["counts-0.db"]
     # The standby's store and its claim stay; the active's claim goes with its store.
     assert LocalStateInventory(tabledir, CHANGELOGS).offsets() == {"app-counts-changelog": {3: 8}}
     assert load_ownership(data_dir) == Ownership(generation=4, standby={"src": [3]})
+    assert not (tabledir / ACTIVE_MARKS_DIR).exists()
     assert active_marks(tabledir) == set()
-    # Nothing is marked in the run that follows until it is assigned an active: its own crash
-    # keeps the standby.
+    # This run crashes in turn: nothing more goes.
+    _store(tabledir, "counts-0.db", 50)
     assert begin_run(tabledir, data_dir, exactly_once=True) == []
+    assert len(store_paths(tabledir)) == 2
 
 
-def test_a_standby_that_became_active_before_the_crash_goes(tmp_path: Path) -> None:
-    data_dir, tabledir = _run_with_marks(tmp_path)
-    # A rebalance promoted partition 3, whose store was a standby until then.
-    assert mark_active(tabledir, ["counts-3.db"]) == ["counts-3.db"]
-    assert mark_active(tabledir, ["counts-3.db"]) == []  # marked once
-    discarded = begin_run(tabledir, data_dir, exactly_once=True)
-    assert [p.name for p in discarded] == ["counts-3.db"]
-    assert LocalStateInventory(tabledir, CHANGELOGS).offsets() == {"app-counts-changelog": {0: 42}}
-
-
-def test_a_clean_stop_clears_every_mark(tmp_path: Path) -> None:
-    data_dir, tabledir = _run_with_marks(tmp_path, "counts-0.db", "counts-3.db")
+def test_an_older_streamapps_clean_stop_keeps_every_store(tmp_path: Path) -> None:
+    data_dir, tabledir = _worker_dirs(tmp_path)
+    _older_marks(tabledir, "counts-0.db", "counts-3.db")
     mark_clean_shutdown(tabledir)
     assert begin_run(tabledir, data_dir, exactly_once=True) == []
     assert active_marks(tabledir) == set()
     assert len(store_paths(tabledir)) == 2
 
 
-def test_a_crash_under_at_least_once_keeps_the_marks_for_a_switch_to_exactly_once(
+def test_a_crash_under_at_least_once_discards_every_store_at_a_switch_to_exactly_once(
     tmp_path: Path,
 ) -> None:
-    data_dir, tabledir = _run_with_marks(tmp_path, "counts-0.db")
-    assert begin_run(tabledir, data_dir, exactly_once=False) == []
-    assert active_marks(tabledir) == {"counts-0.db"}
-    # The at_least_once run crashes too; the next runs under exactly_once.
-    discarded = begin_run(tabledir, data_dir, exactly_once=True)
-    assert [p.name for p in discarded] == ["counts-0.db"]
-
-
-def test_a_mark_without_its_store_is_dropped(tmp_path: Path) -> None:
-    data_dir, tabledir = _run_with_marks(tmp_path, "counts-5.db")  # never created
+    data_dir, tabledir = _worker_dirs(tmp_path)
+    _older_marks(tabledir, "counts-0.db")  # an older streamapp's run, which crashed
+    mark_clean_shutdown(tabledir)
     assert begin_run(tabledir, data_dir, exactly_once=True) == []
-    assert active_marks(tabledir) == set()
+    # A crash under exactly_once, then a run under at_least_once keeps what it finds...
+    assert begin_run(tabledir, data_dir, exactly_once=False) == []
+    assert previous_guarantee(tabledir) == "at_least_once"
+    assert len(store_paths(tabledir)) == 2
+    # ... which wrote its stores directly and crashed: under exactly_once they all go.
+    discarded = begin_run(tabledir, data_dir, exactly_once=True)
+    assert [p.name for p in discarded] == ["counts-0.db", "counts-3.db"]
+    assert previous_guarantee(tabledir) == "exactly_once"
+
+
+def test_a_clean_stop_under_at_least_once_keeps_the_stores_for_exactly_once(
+    tmp_path: Path,
+) -> None:
+    data_dir, tabledir = _worker_dirs(tmp_path)
+    assert begin_run(tabledir, data_dir, exactly_once=False) == []
+    mark_clean_shutdown(tabledir)
+    assert begin_run(tabledir, data_dir, exactly_once=True) == []
+    assert len(store_paths(tabledir)) == 2
 
 
 def test_after_a_clean_stop_the_stores_are_kept_and_the_marker_consumed(tmp_path: Path) -> None:
     data_dir, tabledir = _worker_dirs(tmp_path)
     mark_clean_shutdown(tabledir)
-    assert begin_run(tabledir, data_dir, exactly_once=True) == []
+    assert begin_run(tabledir, data_dir, exactly_once=False) == []
     assert LocalStateInventory(tabledir, CHANGELOGS).offsets() == {
         "app-counts-changelog": {0: 42, 3: 8}
     }
     assert (data_dir / OWNERSHIP_FILE).exists()
-    # A crash in this run must be noticed at the next start: what it marked active goes.
+    # A crash in this run (at_least_once) must be noticed at the next start.
     assert not (tabledir / MARKER_FILE).exists()
-    mark_active(tabledir, ["counts-0.db", "counts-3.db"])
     assert len(begin_run(tabledir, data_dir, exactly_once=True)) == 2
 
 
@@ -178,6 +208,7 @@ def test_at_least_once_keeps_state_after_a_crash(tmp_path: Path) -> None:
 def test_a_first_start_has_nothing_to_discard(tmp_path: Path) -> None:
     tabledir = tmp_path / "data" / "v1" / "tables"
     assert begin_run(tabledir, tmp_path / "data", exactly_once=True) == []
+    assert previous_guarantee(tabledir) == "exactly_once"
     mark_clean_shutdown(tabledir)
     assert (tabledir / MARKER_FILE).read_text()
 
@@ -206,56 +237,3 @@ def test_stores_open_in_another_process_are_refused_not_deleted(tmp_path: Path) 
         assert len(store_paths(tabledir)) == 2
     finally:
         proc.communicate(input="", timeout=30)
-
-
-class _NotingLock:
-    """`clean_shutdown._marking` as it is, noting how many calls came to take it."""
-
-    def __init__(self, lock: Any) -> None:
-        self.lock = lock
-        self.calls = 0
-        self.second_came = threading.Event()
-
-    def __enter__(self) -> None:
-        self.calls += 1
-        if self.calls == 2:
-            self.second_came.set()
-        self.lock.acquire()
-
-    def __exit__(self, *exc: object) -> None:
-        self.lock.release()
-
-
-def test_a_mark_still_being_synced_is_not_taken_for_a_durable_one(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # A rebalance cancelled while its marks were made on a thread leaves that thread running;
-    # the next rebalance's call finds the mark file there before it is synced.
-    tabledir = tmp_path / "tables"
-    lock = _NotingLock(clean_shutdown._marking)
-    monkeypatch.setattr(clean_shutdown, "_marking", lock)
-    in_fsync, release = threading.Event(), threading.Event()
-    synced: list[str] = []
-    real = os.fsync
-
-    def held_fsync(fd: int) -> None:
-        in_fsync.set()
-        release.wait(timeout=10)  # only keeps a regression from hanging the suite
-        real(fd)
-        synced.append(Path(os.readlink(f"/proc/self/fd/{fd}")).name)
-
-    monkeypatch.setattr(os, "fsync", held_fsync)
-
-    thread = threading.Thread(target=mark_active, args=(tabledir, ["counts-0.db"]))
-    thread.start()
-    in_fsync.wait(timeout=10)
-    assert (tabledir / ACTIVE_MARKS_DIR / "counts-0.db.active").exists()  # not synced yet
-    # The first call is let go once the second waits for it. A second call that does not wait
-    # returns while the first is still in its fsync.
-    threading.Thread(target=lambda: lock.second_came.wait(timeout=10) and release.set()).start()
-    second = mark_active(tabledir, ["counts-0.db"])
-    synced_then = list(synced)
-    release.set()
-    thread.join()
-    assert second == []
-    assert synced_then == ["counts-0.db.active", ACTIVE_MARKS_DIR]

@@ -3,10 +3,7 @@ broker)."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import os
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +13,6 @@ from faust.types import TP
 
 from streamapp.runtime.stores import STORE_URL
 from tables import store_guard
-from tables.clean_shutdown import ACTIVE_MARKS_DIR, active_marks
 from tables.damaged import DAMAGED_DIR
 
 
@@ -94,78 +90,3 @@ def test_stores_beyond_the_partition_count_go_aside(
         "streamapp: local store of table counts partition 3 is beyond the 2 partitions of its "
         f"changelog guard-test-counts-changelog: moved to {moved[0]}"
     )
-
-
-class _BlockingFsync:
-    """os.fsync held until the test lets it go, noting which file each call was for.
-
-    ``timeout`` only keeps a regression from hanging the suite: a fsync that blocks the event
-    loop is never let go by it, and the test then fails on what was noted.
-    """
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.real = os.fsync
-        self.loop = loop
-        self.started = asyncio.Event()
-        self.release = threading.Event()
-        self.synced: list[str] = []
-        self.released_by_loop = False
-
-    def __call__(self, fd: int) -> None:
-        self.loop.call_soon_threadsafe(self.started.set)
-        self.released_by_loop = self.release.wait(timeout=10)
-        self.release.set()  # after a regression's wait, the other fsyncs go at once
-        self.synced.append(os.readlink(f"/proc/self/fd/{fd}"))
-        self.real(fd)
-
-
-async def test_the_marks_are_made_off_the_event_loop_and_durable_on_return(
-    table: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    fsync = _BlockingFsync(asyncio.get_running_loop())
-    monkeypatch.setattr(os, "fsync", fsync)
-    topic = store_guard.changelog_topic(table)
-    ran_meanwhile: list[bool] = []
-
-    async def other_work() -> None:
-        # Runs only if the loop is free while a mark's fsync is in progress.
-        await fsync.started.wait()
-        ran_meanwhile.append(fsync.synced == [])
-        fsync.release.set()
-
-    other = asyncio.create_task(other_work())
-    added = await store_guard.mark_assigned_actives(
-        [table], {TP(topic, 2), TP(topic, 0), TP("source", 1)}
-    )
-    await other
-    assert ran_meanwhile == [True] and fsync.released_by_loop
-    assert added == ["counts-0.db", "counts-2.db"]
-    marks = Path(table.data.partition_path(0)).parent / ACTIVE_MARKS_DIR
-    # Every mark and then their directory, once, synced by the time the call returned.
-    assert fsync.synced == [
-        str(marks / "counts-0.db.active"),
-        str(marks / "counts-2.db.active"),
-        str(marks),
-    ]
-    assert active_marks(marks.parent) == {"counts-0.db", "counts-2.db"}
-
-
-async def test_every_tables_marks_share_one_directory_fsync(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    app = faust.App("guard-test-two", store=STORE_URL, datadir=str(tmp_path))
-    tables = [app.Table("counts", partitions=4), app.Table("sums", partitions=4)]
-    synced: list[str] = []
-    real = os.fsync
-
-    def noting(fd: int) -> None:
-        synced.append(Path(os.readlink(f"/proc/self/fd/{fd}")).name)
-        real(fd)
-
-    monkeypatch.setattr(os, "fsync", noting)
-    actives = {TP(store_guard.changelog_topic(t), 1) for t in tables}
-    assert await store_guard.mark_assigned_actives(tables, actives) == ["counts-1.db", "sums-1.db"]
-    assert synced == ["counts-1.db.active", "sums-1.db.active", ACTIVE_MARKS_DIR]
-    # Marked already: nothing to sync.
-    assert await store_guard.mark_assigned_actives(tables, actives) == []
-    assert len(synced) == 3
