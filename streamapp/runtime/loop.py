@@ -39,11 +39,11 @@ from typing import TYPE_CHECKING, Any
 from aiokafka import ConsumerRecord, TopicPartition
 from aiokafka.errors import ConsumerStoppedError, IllegalStateError
 from faust.types import TP
-from faust.types.tuples import ConsumerMessage
 
 from streamapp.runtime import clients, positions
 from streamapp.runtime.commits import Committer
 from streamapp.runtime.group.consumer import WorkerConsumer
+from streamapp.runtime.messages import consumer_message
 from streamapp.runtime.offsets_reader import OffsetsReader
 from streamapp.runtime.rebalance import RebalanceListener
 
@@ -304,23 +304,7 @@ class FetchLoop:
                 tracked[tp] = acks_enabled_for(tp.topic)
             if not goes_out[tp] or not admit(tp, record.offset):
                 continue  # handed out already: records dropped before it come once more
-            timestamp = record.timestamp
-            message = ConsumerMessage(
-                record.topic,
-                record.partition,
-                record.offset,
-                timestamp / 1000.0 if timestamp is not None else None,  # type: ignore[arg-type]
-                record.timestamp_type,
-                record.headers,
-                record.key,
-                record.value,
-                record.checksum,
-                record.serialized_key_size,
-                record.serialized_value_size,
-                tp,
-                time_in=monotonic(),
-                generation_id=generation,
-            )
+            message = consumer_message(tp, record, time_in=monotonic(), generation_id=generation)
             handed_out(tp, record.offset, message)
             if tracked[tp]:
                 message.tracked = True

@@ -36,11 +36,11 @@ from typing import Any
 from aiokafka import ConsumerRecord
 from faust.types import TP, AppT, CollectionT, StoreT
 from faust.types.tables import TableManagerT
-from faust.types.tuples import ConsumerMessage
 from mode import Service
 from mode.utils.collections import FastUserDict
 
 from streamapp.runtime import store_opening
+from streamapp.runtime.messages import consumer_message
 from streamapp.runtime.partitions_text import partitions_text
 from streamapp.runtime.replay import Recovery, Restore
 from streamapp.runtime.store_commits import StoreCommits
@@ -292,7 +292,7 @@ class TableManager(Service, TableManagerT, FastUserDict[str, CollectionT]):
         decode = table.changelog_topic.decode
         events = []
         for record in records:
-            message = _message(tp, record)
+            message = consumer_message(tp, record)
             event = await decode(message, propagate=True)
             if event is not None:
                 events.append(event)
@@ -364,24 +364,6 @@ class TableManager(Service, TableManagerT, FastUserDict[str, CollectionT]):
             logger.info("streamapp: restored %s", partitions_text(restored))
         recovery.completed.set()
         await self.app.consumer.rebalance.release()  # type: ignore[attr-defined]
-
-
-def _message(tp: TP, record: ConsumerRecord[Any, Any]) -> ConsumerMessage:
-    timestamp = record.timestamp
-    return ConsumerMessage(
-        record.topic,
-        record.partition,
-        record.offset,
-        timestamp / 1000.0 if timestamp is not None else None,  # type: ignore[arg-type]
-        record.timestamp_type,
-        record.headers,
-        record.key,
-        record.value,
-        record.checksum,
-        record.serialized_key_size,
-        record.serialized_value_size,
-        tp,
-    )
 
 
 def changelog_partitions(tables: Iterable[CollectionT], tps: Iterable[TP]) -> set[TP]:
