@@ -79,6 +79,14 @@ class FollowupScheduler:
         )
 
     @property
+    def coming(self) -> bool:
+        """The current plan wants a follow-up that has not come yet: this worker will ask for
+        it, or asked and the group's rebalance has not reached it (its next assignment ends
+        both). What the view reports: between the ask and that rebalance, `pending` is already
+        false while the group is about to move partitions."""
+        return self._followup and not self._stalled and self._assigned_at is not None
+
+    @property
     def stalled(self) -> bool:
         """Asking stopped: the last follow-ups for these warmups brought none of them closer."""
         return self._stalled

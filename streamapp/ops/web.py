@@ -40,7 +40,7 @@ def assignment_view(app: Any) -> dict[str, Any]:
         "recovering": recovering(app),
         "rebalances": runtime.meter.rebalances,
         "plan_generation": share.generation if share else None,
-        "followup_pending": runtime.followup.pending,
+        "followup_pending": runtime.followup.coming,
         # Source partitions of the assignment paused now: some are while a rebalance recovers
         # their tables, none once it is over.
         "paused": paused_streams(app),

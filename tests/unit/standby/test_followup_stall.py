@@ -92,6 +92,17 @@ def test_a_followup_without_any_warmup_is_never_held_back() -> None:
         assert s.should_ask(10.0 * i + 3, warmups_caught_up=True)
 
 
+def test_a_followup_asked_for_is_still_coming_until_the_next_assignment() -> None:
+    s = FollowupScheduler(probing_interval_s=5, min_gap_s=2)
+    s.on_assignment(0.0, followup=True, own_warmups=0, group_warmups=0)
+    assert s.pending and s.coming
+    assert s.should_ask(3.0, warmups_caught_up=True)
+    # Asked: this worker will not ask again, but the group's rebalance has not come yet.
+    assert not s.pending and s.coming
+    s.on_assignment(3.1, followup=False, own_warmups=0, group_warmups=0)
+    assert not s.pending and not s.coming
+
+
 def test_readiness_beyond_is_zero_once_caught_up() -> None:
     assert Readiness(acceptable_recovery_lag=100).beyond({A: 40, B: 350}) == {A: 0, B: 250}
 

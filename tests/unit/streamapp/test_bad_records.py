@@ -325,7 +325,7 @@ def test_agents_are_guarded_and_the_view_reports_counts(tmp_path: Path) -> None:
         share = None
         replica_lag: dict[Any, int] = {}
         replica_ends: dict[Any, int] = {}
-        followup = type("F", (), {"pending": False})()
+        followup = type("F", (), {"coming": False})()
         history: list[Any] = []
         meter = type("M", (), {"rebalances": 0, "as_json": lambda self: {}})()
 

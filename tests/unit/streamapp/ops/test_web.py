@@ -22,7 +22,7 @@ def test_the_view_gives_each_replica_lag_with_the_end_it_was_measured_against(
         share=None,
         replica_lag={TP(changelog, 2): 7, TP(changelog, 0): 0},
         replica_ends={TP(changelog, 2): 1207, TP(changelog, 0): 81},
-        followup=SimpleNamespace(pending=False),
+        followup=SimpleNamespace(coming=False),
         history=[],
         meter=SimpleNamespace(rebalances=0, as_json=lambda: {}),
         member=lambda: ("m", 1),
