@@ -76,6 +76,14 @@ async def _closed_ends(bootstrap: str) -> dict[int, int] | None:
     transaction's records are still to come to it. So the end counts once the last stable
     offset is the log's end.
     """
+    ends, log_ends = await _stable_and_log_ends(bootstrap)
+    return ends if ends == log_ends else None
+
+
+async def _stable_and_log_ends(bootstrap: str) -> tuple[dict[int, int], dict[int, int]]:
+    """partition -> the changelog's last stable offset (the committed end, as a
+    ``read_committed`` reader sees it), and partition -> its log end: below the log end while
+    a transaction is open on the partition."""
     committed = AIOKafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed")
     written = AIOKafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_uncommitted")
     await committed.start()
@@ -84,7 +92,10 @@ async def _closed_ends(bootstrap: str) -> dict[int, int] | None:
         tps = [TopicPartition(CHANGELOG, p) for p in range(PARTITIONS)]
         ends = await committed.end_offsets(tps)
         log_ends = await written.end_offsets(tps)
-        return {tp.partition: ends[tp] for tp in tps} if ends == log_ends else None
+        return (
+            {tp.partition: ends[tp] for tp in tps},
+            {tp.partition: log_ends[tp] for tp in tps},
+        )
     finally:
         await committed.stop()
         await written.stop()
@@ -103,16 +114,8 @@ async def _changelog_ends(bootstrap: str) -> dict[int, int]:
 async def _open_transaction(bootstrap: str, partition: int) -> bool:
     """Whether the changelog partition has records of a transaction not committed yet (its
     last stable offset is below its end)."""
-    committed = AIOKafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed")
-    written = AIOKafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_uncommitted")
-    await committed.start()
-    await written.start()
-    try:
-        tp = TopicPartition(CHANGELOG, partition)
-        return bool((await committed.end_offsets([tp]))[tp] < (await written.end_offsets([tp]))[tp])
-    finally:
-        await committed.stop()
-        await written.stop()
+    ends, log_ends = await _stable_and_log_ends(bootstrap)
+    return ends[partition] < log_ends[partition]
 
 
 async def _committed_records(bootstrap: str, partition: int) -> list[tuple[int, bytes, bytes]]:
