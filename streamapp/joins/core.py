@@ -70,15 +70,21 @@ class Entry:
     value: Any = None
     matched: bool = False
     id: str | None = None
+    #: The source offsets of the other side's records its own processing paired it with,
+    #: which its replay pairs it with again; None in entries stored before the join kept them.
+    partners: tuple[int, ...] | None = None
 
     def to_json(self) -> list[Any]:
         listed = [self.offset, self.time_ms, self.value, int(self.matched)]
+        if self.partners is not None:
+            return [*listed, self.id, list(self.partners)]
         return listed if self.id is None else [*listed, self.id]
 
     @classmethod
     def from_json(cls, raw: list[Any]) -> Entry:
-        record_id = str(raw[4]) if len(raw) > 4 else None
-        return cls(int(raw[0]), int(raw[1]), raw[2], bool(raw[3]), record_id)
+        record_id = str(raw[4]) if len(raw) > 4 and raw[4] is not None else None
+        partners = tuple(int(o) for o in raw[5]) if len(raw) > 5 else None
+        return cls(int(raw[0]), int(raw[1]), raw[2], bool(raw[3]), record_id, partners)
 
 
 @dataclass(frozen=True)
@@ -250,31 +256,27 @@ class JoinProcessor:
         own = self.stores[side]
         other = self.stores[side.other]
         own_entries = self._held(side, partition, key)
-        # What a sweep at the current clocks drops counts as gone, swept yet or not: a join over
-        # batches sweeps once per batch (`plan_expiry` when it ends), and its records see what
-        # they would see were the sweep run after each record. Only duplicates and replays can
-        # tell: an entry that has expired matches no record that is not late (module docs).
-        held = self._unswept(side, partition, own_entries)
         seen = int(own.get(_seen_key(partition), -1))
         # The record itself still stored is a replay, whatever ``~seen`` says: ``~seen`` is
         # written after the entries (`write_through`), so a crash between the two leaves the
         # record stored but not seen. Taken for a new record, it met its own entry and was
         # reported a duplicate of itself, and its pairs, whose first emission died with the
-        # crash, were never emitted again (the demo lost an attribution so).
-        earlier = next((e for e in held if e.offset == entry.offset), None)
+        # crash, were never emitted again (the demo lost an attribution so). Looked up among
+        # all the stored entries, expired or not: the clocks may have moved past its expiry
+        # after it was processed, and until a sweep drops it its output may not be out.
+        earlier = next((e for e in own_entries if e.offset == entry.offset), None)
         if earlier is not None or entry.offset <= seen:
             if earlier is None:
                 return Arrival(Outcome.SKIPPED)
-            again = tuple(
-                self._pair(key, side, earlier, o)
-                for o in self._unswept(
-                    side.other, partition, self._held(side.other, partition, key)
-                )
-                if self._matches(side, earlier, o)
-            )
+            again = self._pairs_again(side, partition, key, earlier)
             if entry.offset > seen:
                 own[_seen_key(partition)] = entry.offset
             return Arrival(Outcome.REPLAY, again)
+        # What a sweep at the current clocks drops counts as gone, swept yet or not: a join over
+        # batches sweeps once per batch (`plan_expiry` when it ends), and its records see what
+        # they would see were the sweep run after each record. Only duplicates can tell: an
+        # entry that has expired matches no record that is not late (module docs).
+        held = self._unswept(side, partition, own_entries)
         clock = self.clock(side, partition)
         if self.window.is_late(entry.time_ms, clock):
             # Nothing is written: `count_late` does it once the dead letter is out.
@@ -286,21 +288,42 @@ class JoinProcessor:
             own[_clock_key(partition)] = entry.time_ms
         other_entries = self._held(side.other, partition, key)
         pairs: list[Pair] = []
+        partners: list[int] = []
         changed = False
         for i, o in enumerate(other_entries):
             if not self._matches(side, entry, o):
                 continue
             pairs.append(self._pair(key, side, entry, o))
+            partners.append(o.offset)
             if not o.matched:
                 other_entries[i] = replace(o, matched=True)
                 changed = True
         if changed and self.kind.emits_unmatched(side.other):
             _put(other, key, other_entries)
-        stored = replace(entry, matched=bool(pairs))
+        stored = replace(entry, matched=bool(pairs), partners=tuple(partners))
         _put(own, key, [*own_entries, stored])
         self._index(side, partition, key, self.window.expires_after(side, entry.time_ms))
         own[_seen_key(partition)] = entry.offset
         return Arrival(Outcome.ACCEPTED, tuple(pairs))
+
+    def _pairs_again(
+        self, side: Side, partition: int, key: str, earlier: Entry
+    ) -> tuple[Pair, ...]:
+        """The pairs the replay of the record stored as ``earlier`` emits again.
+
+        Those its own processing emitted, with the partners still stored (one that is gone was
+        swept once its pair was delivered), whatever the clocks have done since: the stored
+        clocks may be those of records processed after it before the crash. An entry stored
+        before the join kept its partners is paired with what is held at the current clocks.
+        """
+        others = self._held(side.other, partition, key)
+        if earlier.partners is None:
+            others = self._unswept(side.other, partition, others)
+            return tuple(
+                self._pair(key, side, earlier, o) for o in others if self._matches(side, earlier, o)
+            )
+        partners = set(earlier.partners)
+        return tuple(self._pair(key, side, earlier, o) for o in others if o.offset in partners)
 
     def _unswept(self, side: Side, partition: int, entries: list[Entry]) -> list[Entry]:
         """``entries`` of ``side`` less those a sweep at the driving clock drops."""
