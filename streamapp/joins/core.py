@@ -7,9 +7,13 @@ record emits. The wiring (`streamapp.joins.stream_stream`) only decodes, sends a
 What one side's store holds, per partition ``p`` (every value JSON-friendly):
 
 * ``k/<key>``: the records of that key still able to match, as ``[offset, time_ms, value,
-  matched]`` lists (``[..., matched, id]`` when the join knows record ids), in arrival order;
+  matched, id, partners]`` lists (``partners``: the offsets of the other side's records its
+  own processing paired it with; entries stored before the join kept them read as
+  ``[offset, time_ms, value, matched]`` or ``[..., matched, id]``), in arrival order;
 * ``~clock/<p>``: the side's clock (highest event time seen, never goes back);
 * ``~seen/<p>``: the highest source offset processed, which tells a replay from a new record;
+* ``~out/<p>``: the highest source offset whose output is known delivered (noted when a sweep
+  is applied, after the producer flush);
 * ``~late/<p>``: how many late records the side had;
 * ``~live/<p>`` and ``~b/<p>/<bucket>``: the expiry index, keys listed by the time bucket in
   which their records expire, so a sweep reads only what has expired (see `ExpiryIndex`,
@@ -20,13 +24,23 @@ in the current partition up in the others.
 
 Replays (at-least-once). A record whose offset is at or below ``~seen``, or that is still
 stored (``~seen`` is written after the entries, so a crash can come between them), was
-processed before a crash, and its effects on the stores may or may not have survived. If it
-is still stored, its pairs are emitted again (the first emission may have been lost; a
-duplicate is allowed). If it is not, it was late (its dead letter was delivered before
-``~seen`` moved, see `JoinProcessor.count_late`) or it expired, and expiry is applied only after
-everything sent before it was delivered (the wiring flushes the producer between
-`JoinProcessor.plan_expiry` and `Expiry.apply`): either way its output is out already, and it
-is skipped.
+processed before a crash, and its effects on the stores may or may not have survived, with
+those of the records after it: the stored clocks may have moved past its expiry or its
+partners'. If it is still stored, expired or not, it emits again the pairs its own processing
+emitted, with the partners still stored (the first emission may have been lost; a duplicate is
+allowed), never a pair its first processing would not have emitted: whatever the clocks did
+since, and however the two topics interleave after the restart. If it is not stored, it was
+late (its dead letter was delivered before ``~seen`` moved, see `JoinProcessor.count_late`),
+a duplicate, or it expired, and what expires goes only after everything sent before it was
+delivered (the wiring flushes the producer between `JoinProcessor.plan_expiry` and
+`Expiry.apply`): either way its output is out already, and it is skipped. For that, a sweep
+keeps what a record still to be processed again needs, although expired: the records handled
+before the crash after the last sweep applied (``~out``), which this processor has not handled
+again (see `JoinProcessor.owed_after`), and their partners. They go at the first sweep after
+their replay whose clock crosses a bucket; a side that gets no record after a restart or a
+move keeps its own (those handled after the last sweep applied) until it does. An entry
+stored before the join kept its partners is paired again with what is held and not expired at
+the current clocks.
 """
 
 from __future__ import annotations
@@ -138,6 +152,10 @@ def _seen_key(p: int) -> str:
     return f"~seen/{p}"
 
 
+def _out_key(p: int) -> str:
+    return f"~out/{p}"
+
+
 def _late_key(p: int) -> str:
     return f"~late/{p}"
 
@@ -199,6 +217,10 @@ class JoinProcessor:
         # hold nothing yet (a new auction, on both sides): each saves a store read. Read from
         # the index when first needed; dropped with ``_sweep_at``.
         self._listed: dict[tuple[Side, int], set[str]] = {}
+        # (side, partition) -> the highest source offset this processor has handled: what was
+        # sent for those records is delivered at the next producer flush. Kept across
+        # rebalances (a record handled here was handled, whoever holds the partition now).
+        self._done: dict[tuple[Side, int], int] = {}
 
     def forget(self) -> None:
         self._sweep_at.clear()
@@ -219,6 +241,7 @@ class JoinProcessor:
                 store.discard()
         self._sweep_at.clear()
         self._listed.clear()
+        self._done.clear()
 
     # -- reading --
 
@@ -253,6 +276,8 @@ class JoinProcessor:
     # -- one record --
 
     def process(self, side: Side, partition: int, key: str, entry: Entry) -> Arrival[Pair]:
+        where = (side, partition)
+        self._done[where] = max(self._done.get(where, -1), entry.offset)
         own = self.stores[side]
         other = self.stores[side.other]
         own_entries = self._held(side, partition, key)
@@ -370,7 +395,9 @@ class JoinProcessor:
     def plan_expiry(self, partition: int) -> Expiry[Pair]:
         """The records of ``partition`` that the clocks have expired, on both sides.
 
-        Returns the unmatched records the join kind emits; the stores change on `apply`.
+        Returns the unmatched records the join kind emits; the stores change on `apply`, which
+        also notes, per side, the offset up to which what was sent is delivered (``~out``).
+        Kept although expired: what a record still to be processed again needs (`owed_after`).
         """
         expiry: Expiry[Pair] = Expiry()
         unmatched: list[Pair] = []
@@ -378,7 +405,33 @@ class JoinProcessor:
             driving = self.clock(side.other, partition)
             unmatched.extend(self._plan_side(side, partition, driving, expiry))
         expiry.emitted = tuple(unmatched)
+        if not expiry.empty:
+            expiry.then(lambda: self._note_delivered(partition))
         return expiry
+
+    def owed_after(self, side: Side, partition: int) -> int | None:
+        """The offset past which ``side``'s stored records may still owe their pairs: None if
+        none may.
+
+        Those are records handled before a crash (by this worker or the partition's earlier
+        owner) after the last sweep applied, which this processor has not handled again yet:
+        what they sent may have died with the crash, and they will be processed again, as
+        replays. Until then their entries, and the partners their pairs are with, are kept.
+        """
+        store = self.stores[side]
+        seen = int(store.get(_seen_key(partition), -1))
+        delivered = max(
+            int(store.get(_out_key(partition), -1)), self._done.get((side, partition), -1)
+        )
+        return delivered if delivered < seen else None
+
+    def _note_delivered(self, partition: int) -> None:
+        # Applied after the producer flush: what the records handled here sent is out.
+        for side in (Side.LEFT, Side.RIGHT):
+            done = self._done.get((side, partition))
+            store = self.stores[side]
+            if done is not None and done > int(store.get(_out_key(partition), -1)):
+                store[_out_key(partition)] = done
 
     def _plan_side(
         self, side: Side, partition: int, clock: int, expiry: Expiry[Pair]
@@ -400,18 +453,24 @@ class JoinProcessor:
             for key in BUCKETS.keys(store, partition, bucket):
                 if key not in keys:
                     keys.append(key)
+        owed = _Owed(self, side, partition)
         emit = self.kind.emits_unmatched(side)
         unmatched: list[Pair] = []
         updates: dict[str, list[Entry]] = {}
+        relisted: list[str] = []
         for key in keys:
             entries = _entries(store, key)
             # By the bucket rule, not the exact one: what goes when does not depend on which
             # bucket happened to list the key.
-            keep = [
+            expired = [
                 e
                 for e in entries
-                if not self.index.swept(self.window.expires_after(side, e.time_ms), clock)
+                if self.index.swept(self.window.expires_after(side, e.time_ms), clock)
             ]
+            kept = owed.kept(key, expired)
+            if kept:
+                relisted.append(key)  # listed again, to be swept once nothing is owed
+            keep = [e for e in entries if e not in expired or e in kept]
             if len(keep) == len(entries):
                 continue
             updates[key] = keep
@@ -431,6 +490,33 @@ class JoinProcessor:
                     listed.discard(key)
             BUCKETS.drop(store, partition, due, rest)
             self._sweep_at[where] = self.index.due_at(rest[0]) if rest else None
+            for key in relisted:
+                self._index(side, partition, key, clock)
 
         expiry.then(apply)
         return unmatched
+
+
+class _Owed:
+    """Which expired entries of one side a sweep keeps for records still to be replayed: the
+    side's own records past `JoinProcessor.owed_after`, and the partners of the other side's."""
+
+    def __init__(self, processor: JoinProcessor, side: Side, partition: int) -> None:
+        self.own_after = processor.owed_after(side, partition)
+        self.other_after = processor.owed_after(side.other, partition)
+        self.other_store = processor.stores[side.other]
+
+    def kept(self, key: str, expired: list[Entry]) -> list[Entry]:
+        if not expired or (self.own_after is None and self.other_after is None):
+            return []
+        partners: set[int] = set()
+        if self.other_after is not None:
+            for e in _entries(self.other_store, key):
+                if e.offset > self.other_after and e.partners:
+                    partners.update(e.partners)
+        own_after = self.own_after
+        return [
+            e
+            for e in expired
+            if (own_after is not None and e.offset > own_after) or e.offset in partners
+        ]
