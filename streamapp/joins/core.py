@@ -37,8 +37,8 @@ delivered (the wiring flushes the producer between `JoinProcessor.plan_expiry` a
 keeps what a record still to be processed again needs, although expired: the records handled
 before the crash after the last sweep applied (``~out``), which this processor has not handled
 again (see `JoinProcessor.owed_after`), and their partners. They go at the first sweep after
-their replay whose clock crosses a bucket; a side that gets no record after a restart or a
-move keeps its own (those handled after the last sweep applied) until it does. An entry
+their replay; a side that gets no record after a restart or a move keeps its own (those
+handled after the last sweep applied) until it does. An entry
 stored before the join kept its partners is paired again with what is held and not expired at
 the current clocks.
 """
@@ -457,7 +457,7 @@ class JoinProcessor:
         emit = self.kind.emits_unmatched(side)
         unmatched: list[Pair] = []
         updates: dict[str, list[Entry]] = {}
-        relisted: list[str] = []
+        retained: set[int] = set()  # due buckets listing entries kept for a replay
         for key in keys:
             entries = _entries(store, key)
             # By the bucket rule, not the exact one: what goes when does not depend on which
@@ -468,8 +468,9 @@ class JoinProcessor:
                 if self.index.swept(self.window.expires_after(side, e.time_ms), clock)
             ]
             kept = owed.kept(key, expired)
-            if kept:
-                relisted.append(key)  # listed again, to be swept once nothing is owed
+            retained.update(
+                self.index.bucket_of(self.window.expires_after(side, e.time_ms)) for e in kept
+            )
             keep = [e for e in entries if e not in expired or e in kept]
             if len(keep) == len(entries):
                 continue
@@ -479,6 +480,13 @@ class JoinProcessor:
                     if not e.matched and e not in keep:
                         pair = Pair(key, e, None) if side is Side.LEFT else Pair(key, None, e)
                         unmatched.append(pair)
+        dropped = [b for b in due if b not in retained]
+        live_after = [b for b in live if b not in dropped]
+        if not updates and not dropped:
+            # Only entries kept for a replay are due: looked at again at each sweep (nothing
+            # to apply, so nothing to flush), until their replays are done.
+            self._sweep_at[where] = self.index.due_at(live_after[0])
+            return []
 
         def apply() -> None:
             listed = self._listed.get(where)
@@ -486,12 +494,11 @@ class JoinProcessor:
                 _put(store, key, keep)
                 if not keep and listed is not None:
                     # Held nothing more, so listed in no bucket left (each record is listed
-                    # under its own bucket, and every record of a due bucket was dropped).
+                    # under its own bucket, and every record of a due bucket was dropped) but
+                    # one kept for a replay, whose keys are read again anyway.
                     listed.discard(key)
-            BUCKETS.drop(store, partition, due, rest)
-            self._sweep_at[where] = self.index.due_at(rest[0]) if rest else None
-            for key in relisted:
-                self._index(side, partition, key, clock)
+            BUCKETS.drop(store, partition, dropped, live_after)
+            self._sweep_at[where] = self.index.due_at(live_after[0]) if live_after else None
 
         expiry.then(apply)
         return unmatched
