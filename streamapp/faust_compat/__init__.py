@@ -10,8 +10,9 @@ here reaches into Faust where it opens no door:
   and sensors looked up once (`batch_table`); the expiry heap of a windowed table, rebuilt
   after a recovery (`window_expiry`); a table of sets kept by `streamapp.set_tables`
   (`set_table`);
-- its stream: iterated by Faust's Python path, which acks through the consumer (`stream`), and
-  its current event set once per batch (`batch_stream`);
+- its stream: an agent's records taken a run at a time and given one at a time, other streams
+  iterated by Faust's Python path, which acks through the consumer (`stream`), and its current
+  event set once per batch (`batch_stream`);
 - its producer side: a batch's changelog records and join output sent together
   (`batch_changelog`),
   exactly_once sends in the transaction of the record they are made for (`sends`), a topic's
@@ -68,6 +69,7 @@ PRIVATE_NAMES: dict[str, tuple[str, ...]] = {
     "faust.streams:Stream": (
         "_py_aiter",  # stream: Faust's Python iteration, which acks through Consumer.ack
         "_active_agens",
+        "_finalized",  # stream: set as Faust's iteration sets it (no operator added after)
         "_set_current_event",  # batch_stream: Faust's current event, once per batch
         "_channel_stop_iteration",
     ),

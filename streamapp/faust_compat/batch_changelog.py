@@ -297,6 +297,13 @@ def forget() -> None:
         changelog.end_tables(finished=False)
 
 
+def use(changelog: BatchChangelog | None) -> None:
+    """Collect the table writes of the record about to be processed in ``changelog`` (None:
+    Faust's path): a record-at-a-time stream's run keeps one changelog per source partition
+    (`streamapp.runtime.stream_runs`) and switches between them record by record."""
+    _current.set(changelog)
+
+
 def current() -> BatchChangelog | None:
     """The changelog of the batch being processed in this task, if it sends its own."""
     return _current.get()
