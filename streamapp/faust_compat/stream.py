@@ -127,6 +127,13 @@ class Stream(faust.Stream[Any]):
                         raise
                 run = stream_runs.Run(app, taken)
                 for event in taken:
+                    if not flow_control.is_active():
+                        # The flow stopped (the worker stops): the rest of the run is dropped
+                        # unprocessed, as a clear drops what the queue holds; it is processed
+                        # again after the restart.
+                        stream_runs.release(app, run.leftover(), flowing=False)
+                        run.events = run.events[: run.given]
+                        break
                     run.given += 1
                     if not isinstance(event, EventT):
                         # A value put in the channel itself: Faust gives it as it is, with no
@@ -141,10 +148,7 @@ class Stream(faust.Stream[Any]):
                     if message.topic in acking_topics and not message.tracked:
                         message.tracked = True
                         consumer.track_message(message)
-                    if (
-                        not flow_control.is_active()
-                        or message.generation_id != app.consumer_generation_id
-                    ):
+                    if message.generation_id != app.consumer_generation_id:
                         continue  # as Faust's stream skips it: acked unprocessed (run's end)
                     tp = message.tp
                     run.use_changelog(tp)

@@ -22,9 +22,10 @@ What differs is what a run does together, as a batch does (`streamapp.batches`):
   producer, so a commit never covers a record whose changelog records were not sent;
 - **a loop iteration** per run, not per record.
 
-A record fetched under an earlier generation, or one whose turn comes while a rebalance stops
-the flow, is acked unprocessed, as Faust's stream skips it: the check is made per record, as
-its turn comes.
+A record fetched under an earlier generation is acked unprocessed, as Faust's stream skips it;
+when the flow stops (the worker stops), the rest of the run is dropped unprocessed, as a clear
+drops what the queue holds, to be processed again after the restart. Both are checked per
+record, as its turn comes.
 """
 
 from __future__ import annotations

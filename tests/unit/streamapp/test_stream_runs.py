@@ -113,12 +113,33 @@ async def test_stale_records_are_acked_unprocessed_as_their_turn_comes(tmp_path:
     _hand_out(app, stream.channel.queue, [fresh[0], stale, fresh[1]])
     iterator = stream.__aiter__()
     assert await iterator.__anext__() == b"0"
-    app.flow_control.suspend()  # a rebalance stops the flow while the agent holds a record
+    assert await iterator.__anext__() == b"1"  # the stale one skipped
+    assert stream.events_total == 2
+    more = [_event(app, 0, 2)]
+    _hand_out(app, stream.channel.queue, more)
+    assert await iterator.__anext__() == b"2"
+    assert stale.message.acked and all(e.message.acked for e in fresh)
+    await iterator.aclose()
+
+
+async def test_a_run_stopped_by_the_flow_drops_its_rest_unacked(tmp_path: Path) -> None:
+    # The worker stops: Faust suspends the flow and clears the queues. The rest of a run is
+    # dropped as the queue's records are: not acked (no commit covers it), no stop waits for it.
+    app = _app(tmp_path)
+    stream = await _started_stream(app)
+    events = [_event(app, 0, o) for o in range(4)]
+    _hand_out(app, stream.channel.queue, events)
+    iterator = stream.__aiter__()
+    assert await iterator.__anext__() == b"0"
+    app.flow_control.suspend()
     waiting = asyncio.ensure_future(iterator.__anext__())
     await asyncio.sleep(0.01)
-    assert not waiting.done()  # both skipped: the run ended, the agent waits for more
-    assert stale.message.acked and fresh[1].message.acked and fresh[0].message.acked
-    assert stream.events_total == 1
+    assert not waiting.done()  # the run ended: the agent waits for more
+    consumer = app.consumer
+    assert events[0].message.acked
+    assert not any(e.message.acked for e in events[1:])
+    assert not any(e.message in consumer.unacked for e in events[1:])
+    assert consumer.ledger.committable() == {TP(TOPIC, 0): 1}
     waiting.cancel()
     await asyncio.gather(waiting, return_exceptions=True)
 
