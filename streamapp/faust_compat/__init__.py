@@ -81,7 +81,7 @@ PRIVATE_NAMES: dict[str, tuple[str, ...]] = {
     ),
     "faust.transport.drivers.aiokafka:Producer": (
         "_producer",  # batch_changelog: a batch's changelog records, on aiokafka's producer
-        "_transaction_producers",
+        "_transaction_producers",  # and sends: the transactions committed concurrently
         "_trn_locks",
         "_producer_type",  # worker_clients: streamapp's own aiokafka producer
     ),
