@@ -4,12 +4,13 @@ a run at a time and get them one at a time.
 An agent's ``async for`` over its stream (``stream``, ``stream.events()``, ``stream.items()``)
 takes what the stream's queue holds when it runs out, a run (`streamapp.runtime.stream_runs`),
 and gives it out one event at a time, with Faust's ``current_event`` and sensors per event;
-the run's table writes are stored and sent to their changelogs, and its records acked, as it
-ends. Streams this does not suit keep Faust's own iteration (`runs_apply`): one over something
-other than a topic, one with processors (``group_by``, ``take``, ``filter``, ``echo``...), a
-combined one, one whose acks are the agent's (``noack``), an agent's with ``concurrency`` above
-1 (its actors share one queue: a run would take records from the others), and any stream of an
-app whose consumer is not streamapp's.
+each partition's table writes of the run are stored and sent to its changelog, and its records
+acked, once its last record in the run is processed. Streams this does not suit keep Faust's
+own iteration (`runs_apply`): one over something other than a topic, one with processors
+(``group_by``, ``take``, ``filter``, ``echo``...), a combined one, one whose acks are the
+agent's (``noack``), an agent's with ``concurrency`` above 1 (its actors share one queue: a run
+would take records from the others), and any stream of an app whose consumer is not
+streamapp's.
 
 Faust's own iteration is its Python path: its Cython iterator acks by writing the acked offsets
 straight into the private bookkeeping of Faust's consumer class rather than through
@@ -126,13 +127,13 @@ class Stream(faust.Stream[Any]):
                         self._leftover = taken or None
                         raise
                 run = stream_runs.Run(app, taken)
-                for event in taken:
+                last_of = run.last_of
+                for index, event in enumerate(taken):
                     if not flow_control.is_active():
                         # The flow stopped (the worker stops): the rest of the run is dropped
                         # unprocessed, as a clear drops what the queue holds; it is processed
                         # again after the restart.
                         stream_runs.release(app, run.leftover(), flowing=False)
-                        run.events = run.events[: run.given]
                         break
                     run.given += 1
                     if not isinstance(event, EventT):
@@ -145,26 +146,30 @@ class Stream(faust.Stream[Any]):
                             closed_at_event = False
                         continue
                     message = event.message
+                    tp = message.tp
                     if message.topic in acking_topics and not message.tracked:
                         message.tracked = True
                         consumer.track_message(message)
-                    if message.generation_id != app.consumer_generation_id:
-                        continue  # as Faust's stream skips it: acked unprocessed (run's end)
-                    tp = message.tp
-                    run.use_changelog(tp)
-                    state = on_event_in(tp, message.offset, self, event)
-                    set_current_event(event)
-                    self.events_total += 1
-                    closed_at_event = True
-                    if shape == VALUES:
-                        yield event.value
-                    elif shape == EVENTS:
-                        yield event
-                    else:
-                        yield event.key, event.value
-                    closed_at_event = False
-                    self.current_event = None
-                    on_event_out(tp, message.offset, self, event, state)
+                    # Acked with its partition's records, processed or not (the agent's own,
+                    # and a stale one Faust's stream skips).
+                    run.note_given(message)
+                    if message.generation_id == app.consumer_generation_id:
+                        run.use_changelog(tp)
+                        state = on_event_in(tp, message.offset, self, event)
+                        set_current_event(event)
+                        self.events_total += 1
+                        closed_at_event = True
+                        if shape == VALUES:
+                            yield event.value
+                        elif shape == EVENTS:
+                            yield event
+                        else:
+                            yield event.key, event.value
+                        closed_at_event = False
+                        self.current_event = None
+                        on_event_out(tp, message.offset, self, event, state)
+                    if last_of[tp] == index:
+                        await run.end_partition(tp)
                 await run.end()
                 run = None
                 set_current_event(None)

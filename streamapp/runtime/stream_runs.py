@@ -18,8 +18,10 @@ What differs is what a run does together, as a batch does (`streamapp.batches`):
   the run, each in P's transaction under exactly_once): the store's writes wait in the
   partition's pending writes, which reads see, and the run's end stores them in one write batch
   and hands their changelog records (each key's last) to the producer;
-- **acks**: a run's records are acked as it ends, after their changelog records are with the
-  producer, so a commit never covers a record whose changelog records were not sent;
+- **acks**: a partition's records of a run are acked once its last record in the run is
+  processed, after their changelog records are with the producer, so a commit never covers a
+  record whose changelog records were not sent, and a rebalance giving the partition up waits
+  no longer than for Faust's stream;
 - **a loop iteration** per run, not per record.
 
 A record fetched under an earlier generation is acked unprocessed, as Faust's stream skips it;
@@ -61,13 +63,21 @@ async def take(queue: Any, max_records: int, taken: list[Any]) -> None:
 class Run:
     """The records of one take, given to the agent one at a time (see the module)."""
 
-    __slots__ = ("app", "changelogs", "ended", "events", "given")
+    __slots__ = ("app", "changelogs", "ended", "events", "given", "given_by_tp", "last_of")
 
     def __init__(self, app: AppT, events: Sequence[Any]) -> None:
         self.app = app
         self.events = events
         #: How many of the events were given out (the last may still be in the agent's hands).
         self.given = 0
+        #: Source partition -> the messages of its records given out, not acked yet.
+        self.given_by_tp: dict[TP, list[Message]] = {}
+        #: Source partition -> the index of its last record in the run.
+        self.last_of: dict[TP, int] = {
+            event.message.tp: index
+            for index, event in enumerate(events)
+            if isinstance(event, EventT)
+        }
         #: Source partition -> its changelog of the run (None: Faust's per-record path).
         self.changelogs: dict[TP, batch_changelog.BatchChangelog | None] = {}
         self.ended = False
@@ -81,48 +91,46 @@ class Run:
         else:
             changelogs[tp] = batch_changelog.begin(self.app, tp)
 
+    def note_given(self, message: Message) -> None:
+        """``message``'s record was given out (or skipped): acked with its partition's."""
+        found = self.given_by_tp.get(message.tp)
+        if found is None:
+            self.given_by_tp[message.tp] = [message]
+        else:
+            found.append(message)
+
     def leftover(self) -> list[Any]:
         """The events not given out yet."""
         return list(self.events[self.given :])
 
+    async def end_partition(self, tp: TP) -> None:
+        """The run's last record of ``tp`` is processed: store its table writes, hand their
+        changelog records to the producer, then ack its records (not before: a commit covering
+        them comes after their changelog records). A partition ends as soon as its last record
+        is processed, so a rebalance that gives it up, or a commit, waits no longer than for
+        Faust's stream. If its records cannot be sent, they stay unacked (processed again after
+        a restart) and the error is raised."""
+        batch_changelog.use(None)
+        changelog = self.changelogs.pop(tp, None)
+        messages = self.given_by_tp.pop(tp, ())
+        if changelog is not None:
+            await batch_changelog.end(changelog)
+        ack(self.app, messages)
+
     async def end(self) -> None:
-        """Store the run's table writes and hand their changelog records to the producer,
-        partition by partition, then ack the records given out (those of a partition whose
-        changelog records could not be sent stay unacked: they are processed again after a
-        restart, and the error is raised)."""
+        """End every partition of the run not ended yet (`end_partition`); the first error is
+        raised once all were tried."""
         if self.ended:
             return
         self.ended = True
-        batch_changelog.use(None)
-        changelogs, self.changelogs = self.changelogs, {}
-        failed: set[TP] = set()
         error: BaseException | None = None
-        for tp, changelog in changelogs.items():
+        for tp in [*self.changelogs, *(tp for tp in self.given_by_tp if tp not in self.changelogs)]:
             try:
-                await batch_changelog.end(changelog)
+                await self.end_partition(tp)
             except Exception as exc:
-                failed.add(tp)
                 error = error or exc
-        ack(
-            self.app,
-            [
-                event.message
-                for event in self.events[: self.given]
-                if isinstance(event, EventT) and event.message.tp not in failed
-            ],
-        )
         if error is not None:
             raise error
-
-    def forget(self) -> None:
-        """The run ends without its writes: they go neither to the stores nor to the
-        changelogs, and nothing is acked."""
-        self.ended = True
-        batch_changelog.use(None)
-        changelogs, self.changelogs = self.changelogs, {}
-        for changelog in changelogs.values():
-            if changelog is not None:
-                changelog.end_tables(finished=False)
 
 
 def ack(app: AppT, messages: Sequence[Message]) -> None:

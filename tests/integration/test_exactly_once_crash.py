@@ -307,11 +307,12 @@ def test_a_worker_killed_mid_transaction_keeps_every_store_and_replays_only_the_
         group.wait_settled("w2 taking one partition over")
         # At least 1000 changelog records on each partition, so that the standby's persisted
         # offset, read from its store after the kill, shows it replicated them (each batch a
-        # standby applies is stored with its offset). The keys do not split evenly (8 and 4 of
-        # the 12 go to partitions 0 and 1), and which partition w2 replicates is the plan's
-        # choice: each partition must get 1000 on its own.
-        assert min(_records_per_partition(REPLICATED, keys=12).values()) >= 1000
-        group.produce(REPLICATED, keys=12)
+        # standby applies is stored with its offset). A run of an agent's records sends one
+        # changelog record per key written (its last value), so each event gets a key of its
+        # own: one changelog record each. Which partition w2 replicates is the plan's choice:
+        # each partition must get 1000 on its own.
+        assert min(_records_per_partition(REPLICATED, keys=REPLICATED).values()) >= 1000
+        group.produce(REPLICATED, keys=REPLICATED)
         group.wait_settled("the events processed and replicated", timeout=300)
         view = group.view("w2")
         [active] = view["active"][CHANGELOG]

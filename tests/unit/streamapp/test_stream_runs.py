@@ -88,13 +88,22 @@ async def test_a_run_gives_one_event_at_a_time_and_acks_them_as_it_ends(tmp_path
     for _ in events:
         key, value = await iterator.__anext__()
         current = stream.current_event
-        seen.append(((key, value), current, faust.current_event(), [e.acked for e in events]))
+        seen.append(
+            ((key, value), current, faust.current_event(), [e.message.acked for e in events])
+        )
         assert batch_changelog.current() is not None  # its partition's changelog of the run
         assert batch_changelog.current().source == current.message.tp
     # In the queue's order, each event the current one while the agent holds it.
     assert [s[0] for s in seen] == [(e.key, e.value) for e in events]
     assert [s[1] for s in seen] == events and [s[2] for s in seen] == events
-    assert all(acked == [False] * 4 for *_, acked in seen)  # not before the run ends
+    # A partition's records are acked once its last record in the run is processed: not one
+    # by one, and not before its changelog records are sent.
+    assert [acked for *_, acked in seen] == [
+        [False] * 4,
+        [False] * 4,
+        [False, True, False, False],
+        [True, True, True, False],
+    ]
     assert stream.events_total == 4
     more = [_event(app, 0, 2)]
     _hand_out(app, stream.channel.queue, more)
