@@ -26,8 +26,9 @@ from streamapp.runtime.consumer import Consumer
 TOPIC = "sa-runs-in"
 
 
-def _app(tmp_path: Path, **options: Any) -> Any:
+def _app(tmp_path: Path, *, in_worker: bool = False, **options: Any) -> Any:
     app = App("sa-runs", num_standby_replicas=0, datadir=str(tmp_path), **options)
+    app.in_worker = in_worker  # Faust runs transactions in a worker only
     app.flow_control.resume()
     app.topics.acking_topics.add(TOPIC)  # as the conductor marks an agent's source topic
     assert isinstance(app.consumer, Consumer)
@@ -221,3 +222,64 @@ async def test_an_error_thrown_into_the_queue_comes_first_and_loses_nothing(
     assert taken == []  # raised before the records, as Faust's iteration raises it
     await stream_runs.take(queue, 10, taken)
     assert taken == [1, 2]
+
+
+def _on_disk(store: Any, partition: int) -> tuple[dict[bytes, bytes], int | None]:
+    """What a store's partition holds in RocksDB (not its pending writes), and its offset."""
+    from streamapp.runtime.pending_writes import OFFSET_KEY
+
+    rows = dict(store.handle(partition).items())
+    raw = rows.pop(OFFSET_KEY, None)
+    return rows, None if raw is None else int(raw)
+
+
+async def test_a_runs_writes_under_exactly_once_wait_for_their_transactions_commit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    app = _app(tmp_path, in_worker=True, processing_guarantee="exactly_once")
+    table = app.Table("sa-runs-counts", partitions=3, key_type=bytes, value_type=int)
+    store = table.data
+    assert store.transactional
+    changelog = table.changelog_topic.get_topic_name()
+    # Each source partition's transaction, and what the run hands to it (no broker here).
+    monkeypatch.setattr(
+        batch_changelog, "source_transactional_id", lambda app, tp: f"sa-runs-{tp.partition}"
+    )
+    sent: list[tuple[str | None, list[tuple[str, int, bytes, bytes | None]]]] = []
+
+    async def send(self: batch_changelog.BatchChangelog) -> None:
+        records = [(t, p, k, v) for _, t, p, k, v in self.records.values()]
+        self.records = {}
+        sent.append((self.transactional_id, records))
+
+    monkeypatch.setattr(batch_changelog.BatchChangelog, "send", send)
+    stream = await _started_stream(app)
+    events = [_event(app, 1, 0), _event(app, 1, 1), _event(app, 2, 2)]
+    events[1].key = events[1].message.key = b"k0"  # the first record's key, written again
+    _hand_out(app, stream.channel.queue, events)
+    iterator = stream.events().__aiter__()
+    for _ in events:
+        event = await iterator.__anext__()
+        table[event.key] = table.get(event.key, 0) + 1
+    await iterator.aclose()
+    assert all(e.message.acked for e in events)
+    # Sent in each source partition's transaction, one record per key (its last write)...
+    assert sorted(sent) == [
+        ("sa-runs-1", [(changelog, 1, b"k0", b"2")]),
+        ("sa-runs-2", [(changelog, 2, b"k2", b"1")]),
+    ]
+    # ...and stored nowhere yet: the writes wait for those transactions, reads see them.
+    assert store.pending_partitions() == {1: {TP(TOPIC, 1)}, 2: {TP(TOPIC, 2)}}
+    assert table[b"k0"] == 2 and table[b"k2"] == 1
+    assert _on_disk(store, 1) == ({}, None) and _on_disk(store, 2) == ({}, None)
+    # The changelog records delivered (Faust's callback), then partition 1's transaction
+    # commits: its writes reach RocksDB with the offset in one write batch, 2's still wait.
+    app.tables.persist_offset_on_commit(store, TP(changelog, 1), 7)
+    app.tables.persist_offset_on_commit(store, TP(changelog, 2), 3)
+    app.tables.on_commit({TP(TOPIC, 1): 2})
+    assert _on_disk(store, 1) == ({b"k0": b"2"}, 7)
+    assert _on_disk(store, 2) == ({}, None)
+    assert store.pending_partitions() == {2: {TP(TOPIC, 2)}}
+    app.tables.on_commit({TP(TOPIC, 2): 3})
+    assert _on_disk(store, 2) == ({b"k2": b"1"}, 3)
+    assert store.pending_partitions() == {}
