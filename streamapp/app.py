@@ -185,7 +185,7 @@ class App(FaustApp):
         options.setdefault("Agent", "streamapp.bad_records:Agent")
         # A table write encodes its key and value once, for the changelog and the store alike,
         # and a windowed table's recovered windows expire (faust-streaming/faust #385).
-        options.setdefault("Table", "streamapp.faust_compat.window_expiry:Table")
+        options.setdefault("Table", "streamapp.expiring_tables:Table")
         # A changelog record a table cannot decode is skipped by recovery, not waited for.
         options.setdefault("GlobalTable", "streamapp.changelog_records:GlobalTable")
         # A table of sets whose store holds each set as it is now (see streamapp.set_tables).
