@@ -8,8 +8,7 @@ here reaches into Faust where it opens no door:
   (`access`);
 - its table classes: a write encoded once (`encode_once`) and, in a batch, with the partition
   and sensors looked up once (`batch_table`); a windowed table's "now" read from streamapp's
-  own expiry index (`window_clock`, for `streamapp.expiring_tables`); a table of sets kept by
-  `streamapp.set_tables` (`set_table`);
+  own expiry index (`window_clock`, for `streamapp.expiring_tables`);
 - its stream: iterated by Faust's Python path, which acks through the consumer (`stream`), and
   its current event set once per batch (`batch_stream`);
 - its producer side: a batch's changelog records and join output sent together
@@ -86,7 +85,6 @@ PRIVATE_NAMES: dict[str, tuple[str, ...]] = {
     "faust.tables.base:Collection": (
         "_relative_now",  # window_clock: relative_to_now() / .now() on streamapp's expiry index
         "_on_changelog_sent",  # batch_changelog: the persisted offset, once per batch
-        "_new_store",  # set_table: the sets of a SetTable kept by streamapp.set_tables
     ),
     "aiokafka.coordinator.assignors.sticky.sticky_assignor:StickyPartitionAssignor": (
         "_metadata",  # access: bench/strategies.py runs aiokafka's sticky assignor beside ours
