@@ -84,7 +84,6 @@ PRIVATE_NAMES: dict[str, tuple[str, ...]] = {
     ),
     "faust.tables.base:Collection": (
         "_relative_now",  # window_clock: relative_to_now() / .now() on streamapp's expiry index
-        "_on_changelog_sent",  # batch_changelog: the persisted offset, once per batch
     ),
     "aiokafka.coordinator.assignors.sticky.sticky_assignor:StickyPartitionAssignor": (
         "_metadata",  # access: bench/strategies.py runs aiokafka's sticky assignor beside ours
