@@ -198,12 +198,12 @@ class App(FaustApp):
         options.setdefault("Agent", "streamapp.bad_records:Agent")
         # A table write encodes its key and value once, for the changelog and the store alike,
         # and a windowed table's recovered windows expire (faust-streaming/faust #385).
-        options.setdefault("Table", "streamapp.faust_compat.window_expiry:Table")
+        options.setdefault("Table", "streamapp.expiring_tables:Table")
         # A changelog record a table cannot decode is skipped by recovery, not waited for.
         options.setdefault("GlobalTable", "streamapp.changelog_records:GlobalTable")
         # A table of sets whose store holds each set as it is now (see streamapp.set_tables).
-        options.setdefault("SetTable", "streamapp.faust_compat.set_table:SetTable")
-        options.setdefault("SetGlobalTable", "streamapp.faust_compat.set_table:SetGlobalTable")
+        options.setdefault("SetTable", "streamapp.set_tables:SetTable")
+        options.setdefault("SetGlobalTable", "streamapp.set_tables:SetGlobalTable")
         # Disabled log levels cost nothing once the worker runs (see streamapp.faust_worker).
         options.setdefault("Worker", "streamapp.faust_worker:Worker")
         super().__init__(id, **options)

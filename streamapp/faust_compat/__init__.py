@@ -7,9 +7,8 @@ here reaches into Faust where it opens no door:
 - its assignor's leader step (`assignor`) and the assignment hand-over it reads back
   (`access`);
 - its table classes: a write encoded once (`encode_once`) and, in a batch, with the partition
-  and sensors looked up once (`batch_table`); the expiry heap of a windowed table, rebuilt
-  after a recovery (`window_expiry`); a table of sets kept by `streamapp.set_tables`
-  (`set_table`);
+  and sensors looked up once (`batch_table`); a windowed table's "now" read from streamapp's
+  own expiry index (`window_clock`, for `streamapp.expiring_tables`);
 - its stream: iterated by Faust's Python path, which acks through the consumer (`stream`), and
   its current event set once per batch (`batch_stream`);
 - its producer side: a batch's changelog records and join output sent together
@@ -84,17 +83,7 @@ PRIVATE_NAMES: dict[str, tuple[str, ...]] = {
         "_producer_type",  # worker_clients: streamapp's own aiokafka producer
     ),
     "faust.tables.base:Collection": (
-        "_maybe_set_key_ttl",  # encode_once: Faust's on_key_set after a write of bytes
-        "_sensor_on_set",
-        "_maybe_del_key_ttl",  # encode_once: a deletion in a batch, as Faust's on_key_del
-        "_sensor_on_del",
-        "_on_changelog_sent",  # batch_changelog: the persisted offset, once per batch
-        "_should_expire_keys",  # window_expiry: the heap rebuilt after a recovery (faust #385)
-        "_partition_timestamps",
-        "_partition_timestamp_keys",
-        "_partition_latest_timestamp",
-        "_to_key",
-        "_new_store",  # set_table: the sets of a SetTable kept by streamapp.set_tables
+        "_relative_now",  # window_clock: relative_to_now() / .now() on streamapp's expiry index
     ),
     "aiokafka.coordinator.assignors.sticky.sticky_assignor:StickyPartitionAssignor": (
         "_metadata",  # access: bench/strategies.py runs aiokafka's sticky assignor beside ours
