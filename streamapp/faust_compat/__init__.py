@@ -4,8 +4,6 @@ streamapp's runtime (`streamapp.runtime`: the consumer, its fetch loop, the tabl
 the store, the group protocol) stands behind Faust's public extension points. What is left
 here reaches into Faust where it opens no door:
 
-- its assignor's leader step (`assignor`) and the assignment hand-over it reads back
-  (`access`);
 - its table classes: a write encoded once (`encode_once`) and, in a batch, with the partition
   and sensors looked up once (`batch_table`); the expiry heap of a windowed table, rebuilt
   after a recovery (`window_expiry`); a table of sets kept by `streamapp.set_tables`
@@ -52,14 +50,6 @@ PRIVATE_NAMES: dict[str, tuple[str, ...]] = {
     ),
     "aiokafka.consumer.consumer:AIOKafkaConsumer": (
         "_client",  # access.refresh_metadata: a test helper's own consumers
-    ),
-    "faust.assignor.partition_assignor:PartitionAssignor": (
-        "_perform_assignment",  # assignor: the leader's step, under a public name
-        "_assignment",  # access.install_assignment: where Faust's assignor API reads it
-        "_active_tps",
-        "_standby_tps",
-        "_topic_groups",
-        "_url",  # access.assignor_url
     ),
     "faust.serializers.registry:Registry": (
         "_serializer",  # resolved_codecs: the codec Registry's calls pick, looked up once
