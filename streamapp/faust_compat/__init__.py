@@ -45,9 +45,6 @@ RELEASES: Ranges = {"faust-streaming": ((0, 15, 3), (0, 16)), "aiokafka": ((0, 1
 #: instance of it). A name is found as a class attribute or as ``self.<name>`` in the code of
 #: the class or one of its bases (`_has_name`).
 PRIVATE_NAMES: dict[str, tuple[str, ...]] = {
-    "faust.app.base:App": (
-        "_consumer",  # access: the app's consumer, if created, without creating one
-    ),
     "aiokafka.consumer.consumer:AIOKafkaConsumer": (
         "_client",  # access.refresh_metadata: a test helper's own consumers
     ),

@@ -9,12 +9,6 @@ from __future__ import annotations
 from typing import Any
 
 
-def consumer_if_created(app: Any) -> Any | None:
-    """The app's consumer if Faust created it, without creating one (``App._consumer``)."""
-    consumer: Any = app._consumer
-    return consumer
-
-
 async def refresh_metadata(consumer: Any) -> None:
     """Fresh cluster metadata for an AIOKafkaConsumer (``AIOKafkaConsumer._client``): a topic
     created a moment ago may not be in its cached view yet."""
