@@ -205,3 +205,43 @@ def test_faust_sensors_see_each_plan_and_its_failure(
         assignor.assign(Cluster({SOURCE: 4}), {"m-self": assignor.metadata({SOURCE})})
     name, (who, state, exc) = recorded.calls[-1]
     assert (name, who, state, str(exc)) == ("error", assignor, {"started": True}, "plan failed")
+
+
+class Span:
+    def __init__(self, name: str, tags: dict[str, Any]) -> None:
+        self.name, self.tags, self.open = name, dict(tags), False
+
+    def __enter__(self) -> Span:
+        self.open = True
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.open = False
+
+    def set_tag(self, key: str, value: Any) -> None:
+        assert self.open, "a tag set outside the span"
+        self.tags[key] = value
+
+
+class Tracer:
+    """What the assignor asks of an app's opentracing tracer."""
+
+    def __init__(self) -> None:
+        self.spans: list[Span] = []
+
+    def get_tracer(self, _service: str) -> Tracer:
+        return self
+
+    def start_span(self, operation_name: str, tags: dict[str, Any]) -> Span:
+        self.spans.append(Span(operation_name, tags))
+        return self.spans[-1]
+
+
+def test_an_apps_tracer_gets_a_span_of_each_plan(app: faust.App) -> None:
+    tracer = Tracer()
+    app.tracer = tracer  # type: ignore[assignment]
+    assignor = _assignor(app)
+    out = assignor.assign(Cluster({SOURCE: 4}), {"m-self": assignor.metadata({SOURCE})})
+    [span] = tracer.spans
+    assert span.name == "coordinator_assignment" and "hostname" in span.tags
+    assert span.tags["assignment"] == out
