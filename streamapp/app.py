@@ -13,7 +13,6 @@ from mode.utils.objects import cached_property
 
 from streamapp import assignment_wiring
 from streamapp.bad_records import BadRecordPolicy, BadRecords
-from streamapp.faust_compat.access import consumer_if_created
 from streamapp.faust_compat.app import FaustApp
 from streamapp.runtime.consumer import Consumer as StreamappConsumer
 from streamapp.runtime.driver import driver_urls
@@ -125,6 +124,8 @@ class App(FaustApp):
 
     streamapp_settings: StreamappSettings
     streamapp_bad_records: BadRecords
+    #: The app's consumer once Faust has created it (it announces itself), else None.
+    streamapp_consumer: StreamappConsumer | None = None
 
     def __init__(
         self,
@@ -219,8 +220,8 @@ class App(FaustApp):
         return flow
 
     def _on_dropped(self, events: Any, flowing: bool) -> None:
-        consumer = consumer_if_created(self)
-        if isinstance(consumer, StreamappConsumer):
+        consumer = self.streamapp_consumer
+        if consumer is not None:
             consumer.on_dropped(events, flowing)
 
     def GlobalTable(self, name: str, **kwargs: Any) -> Any:
@@ -286,8 +287,8 @@ class App(FaustApp):
         await self._flush_ownership()
         if self.crashed:
             return
-        consumer = consumer_if_created(self)
-        if isinstance(consumer, StreamappConsumer) and consumer.all_progress_committed():
+        consumer = self.streamapp_consumer
+        if consumer is not None and consumer.all_progress_committed():
             clean_shutdown.mark_clean_shutdown(Path(self.conf.tabledir))
         else:
             logger.info(

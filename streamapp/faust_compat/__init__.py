@@ -4,8 +4,6 @@ streamapp's runtime (`streamapp.runtime`: the consumer, its fetch loop, the tabl
 the store, the group protocol) stands behind Faust's public extension points. What is left
 here reaches into Faust where it opens no door:
 
-- its assignor's leader step (`assignor`) and the assignment hand-over it reads back
-  (`access`);
 - its table classes: a write encoded once (`encode_once`) and, in a batch, with the partition
   and sensors looked up once (`batch_table`); a windowed table's "now" read from streamapp's
   own expiry index (`window_clock`, for `streamapp.expiring_tables`);
@@ -46,19 +44,8 @@ RELEASES: Ranges = {"faust-streaming": ((0, 15, 3), (0, 16)), "aiokafka": ((0, 1
 #: instance of it). A name is found as a class attribute or as ``self.<name>`` in the code of
 #: the class or one of its bases (`_has_name`).
 PRIVATE_NAMES: dict[str, tuple[str, ...]] = {
-    "faust.app.base:App": (
-        "_consumer",  # access: the app's consumer, if created, without creating one
-    ),
     "aiokafka.consumer.consumer:AIOKafkaConsumer": (
         "_client",  # access.refresh_metadata: a test helper's own consumers
-    ),
-    "faust.assignor.partition_assignor:PartitionAssignor": (
-        "_perform_assignment",  # assignor: the leader's step, under a public name
-        "_assignment",  # access.install_assignment: where Faust's assignor API reads it
-        "_active_tps",
-        "_standby_tps",
-        "_topic_groups",
-        "_url",  # access.assignor_url
     ),
     "faust.serializers.registry:Registry": (
         "_serializer",  # resolved_codecs: the codec Registry's calls pick, looked up once
