@@ -43,11 +43,10 @@ EXACTLY_ONCE_PRODUCER_LINGER_S = 0.05
 #: Faust's ``broker_commit_interval`` under streamapp with ``processing_guarantee="exactly_once"``
 #: (seconds; Faust's 2.8 s stays under at-least-once). A crash aborts the open transaction, and
 #: the restarted worker reads its changelog records again, past its stores' committed offsets:
-#: up to one interval of table writes. At 1 s the ad-click demo's restart reads about a third of
-#: what it read at 2.8 s, and `bench/throughput.py` under exactly_once ran as fast as at 2.8 s;
-#: at 0.5 s the record-at-a-time agent lost 15%, at 0.1 s (Kafka Streams' default) 40%
-#: (docs/settings.md).
-EXACTLY_ONCE_COMMIT_INTERVAL_S = 1.0
+#: up to one interval of table writes. The ad-click demo's restart read 115 to 259 records at
+#: 0.5 s, 7 to 719 at 1 s; `bench/throughput.py` under exactly_once (200,000 records) ran 7%
+#: slower at 0.5 s than at 2.8 s record at a time, as fast over batches (docs/settings.md).
+EXACTLY_ONCE_COMMIT_INTERVAL_S = 0.5
 #: Faust's ``producer_max_batch_size`` under streamapp (bytes per partition batch): four times
 #: Faust's and Kafka's 16 KiB, so a burst of changelog writes to one partition fills fewer
 #: requests. docs/settings.md.
@@ -82,7 +81,7 @@ class App(FaustApp):
     RocksDB store, `streamapp.runtime.stores`, on Faust's on-disk layout; ``rocksdb://`` given to
     the App or to a table means it too, ``memory://`` keeps Faust's in-memory store),
     ``table_standby_replicas`` from ``num_standby_replicas``, ``producer_linger`` 5 ms (50 ms
-    under exactly_once), ``producer_max_batch_size`` 64 KiB, ``broker_commit_interval`` 1 s
+    under exactly_once), ``producer_max_batch_size`` 64 KiB, ``broker_commit_interval`` 0.5 s
     under exactly_once (Faust's 2.8 s otherwise), ``web_bind="127.0.0.1"``, and
     streamapp's partition assignor, table manager, topic, agent, table and worker classes.
 

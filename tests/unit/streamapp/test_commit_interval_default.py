@@ -1,4 +1,4 @@
-"""Under exactly_once streamapp commits every second, as docs/settings.md says; Faust's 2.8 s
+"""Under exactly_once streamapp commits every half second, as docs/settings.md says; Faust's 2.8 s
 stays under at-least-once. No broker: the apps are built, not started."""
 
 from __future__ import annotations
