@@ -580,6 +580,12 @@ def main(argv: list[str] | None = None) -> int:
         help="comma-separated: streamapp, spark ('none' for the scale-out phase only)",
     )
     parser.add_argument(
+        "--guarantee",
+        choices=("at_least_once", "exactly_once"),
+        default="at_least_once",
+        help="the streamapp workers' processing_guarantee (default: %(default)s)",
+    )
+    parser.add_argument(
         "--scale-out",
         default=",".join(PROTOCOLS),
         help="rebalance protocols to run the scale-out phase under, comma-separated "
@@ -611,7 +617,12 @@ def main(argv: list[str] | None = None) -> int:
 
     data_dir = Path(tempfile.mkdtemp(prefix="streamapp-bench-"))
     run = uuid.uuid4().hex[:8]
-    topology = Topology(app_id=f"adclick-bench-{run}", prefix=f"bench-{run}-", window_ms=5_000)
+    topology = Topology(
+        app_id=f"adclick-bench-{run}",
+        prefix=f"bench-{run}-",
+        window_ms=5_000,
+        processing_guarantee=args.guarantee,
+    )
     broker = None
     try:
         bootstrap = args.bootstrap

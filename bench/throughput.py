@@ -386,6 +386,11 @@ def run_engine(
                 process.wait()
         if sampler is not None:  # it stops as the worker exits, and writes its file
             sampler.wait(60)
+    # Under exactly_once a streamapp worker at -l info says, as it stops, what its pending
+    # table writes took at most (docs/settings.md, eos_pending_writes_max_bytes).
+    for line in log_path.read_text(errors="replace").splitlines():
+        if "streamapp: exactly_once:" in line:
+            say(f"{engine} ({guarantee}) worker: {line.split('streamapp: ', 1)[1].strip()}")
     (first_wall, first_cpu), (last_wall, last_cpu) = data["first"], data["last"]
     wall_s, cpu_s = last_wall - first_wall, last_cpu - first_cpu
     # The worker stopped (its last commit made): what its table's changelog holds.

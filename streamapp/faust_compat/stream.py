@@ -40,7 +40,6 @@ from typing import Any, cast
 import faust
 from faust.types import EventT, TopicT
 
-from streamapp.faust_compat.access import consumer_if_created
 from streamapp.runtime import stream_runs
 from streamapp.runtime.consumer import Consumer
 
@@ -87,7 +86,7 @@ class Stream(faust.Stream[Any]):
             and not self.combined
             and self.concurrency_index is None
             and type(self).on_merge is faust.Stream.on_merge
-            and isinstance(consumer_if_created(self.app), Consumer)
+            and isinstance(getattr(self.app, "streamapp_consumer", None), Consumer)
         )
 
     async def _runs(self, shape: int) -> AsyncIterator[Any]:

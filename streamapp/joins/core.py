@@ -7,9 +7,13 @@ record emits. The wiring (`streamapp.joins.stream_stream`) only decodes, sends a
 What one side's store holds, per partition ``p`` (every value JSON-friendly):
 
 * ``k/<key>``: the records of that key still able to match, as ``[offset, time_ms, value,
-  matched]`` lists (``[..., matched, id]`` when the join knows record ids), in arrival order;
+  matched, id, partners]`` lists (``partners``: the offsets of the other side's records its
+  own processing paired it with; entries stored before the join kept them read as
+  ``[offset, time_ms, value, matched]`` or ``[..., matched, id]``), in arrival order;
 * ``~clock/<p>``: the side's clock (highest event time seen, never goes back);
 * ``~seen/<p>``: the highest source offset processed, which tells a replay from a new record;
+* ``~out/<p>``: the highest source offset whose output is known delivered (noted when a sweep
+  is applied, after the producer flush);
 * ``~late/<p>``: how many late records the side had;
 * ``~live/<p>`` and ``~b/<p>/<bucket>``: the expiry index, keys listed by the time bucket in
   which their records expire, so a sweep reads only what has expired (see `ExpiryIndex`,
@@ -20,13 +24,23 @@ in the current partition up in the others.
 
 Replays (at-least-once). A record whose offset is at or below ``~seen``, or that is still
 stored (``~seen`` is written after the entries, so a crash can come between them), was
-processed before a crash, and its effects on the stores may or may not have survived. If it
-is still stored, its pairs are emitted again (the first emission may have been lost; a
-duplicate is allowed). If it is not, it was late (its dead letter was delivered before
-``~seen`` moved, see `JoinProcessor.count_late`) or it expired, and expiry is applied only after
-everything sent before it was delivered (the wiring flushes the producer between
-`JoinProcessor.plan_expiry` and `Expiry.apply`): either way its output is out already, and it
-is skipped.
+processed before a crash, and its effects on the stores may or may not have survived, with
+those of the records after it: the stored clocks may have moved past its expiry or its
+partners'. If it is still stored, expired or not, it emits again the pairs its own processing
+emitted, with the partners still stored (the first emission may have been lost; a duplicate is
+allowed), never a pair its first processing would not have emitted: whatever the clocks did
+since, and however the two topics interleave after the restart. If it is not stored, it was
+late (its dead letter was delivered before ``~seen`` moved, see `JoinProcessor.count_late`),
+a duplicate, or it expired, and what expires goes only after everything sent before it was
+delivered (the wiring flushes the producer between `JoinProcessor.plan_expiry` and
+`Expiry.apply`): either way its output is out already, and it is skipped. For that, a sweep
+keeps what a record still to be processed again needs, although expired: the records handled
+before the crash after the last sweep applied (``~out``), which this processor has not handled
+again (see `JoinProcessor.owed_after`), and their partners. They go at the first sweep after
+their replay; a side that gets no record after a restart or a move keeps its own (those
+handled after the last sweep applied) until it does. An entry
+stored before the join kept its partners is paired again with what is held and not expired at
+the current clocks.
 """
 
 from __future__ import annotations
@@ -70,15 +84,21 @@ class Entry:
     value: Any = None
     matched: bool = False
     id: str | None = None
+    #: The source offsets of the other side's records its own processing paired it with,
+    #: which its replay pairs it with again; None in entries stored before the join kept them.
+    partners: tuple[int, ...] | None = None
 
     def to_json(self) -> list[Any]:
         listed = [self.offset, self.time_ms, self.value, int(self.matched)]
+        if self.partners is not None:
+            return [*listed, self.id, list(self.partners)]
         return listed if self.id is None else [*listed, self.id]
 
     @classmethod
     def from_json(cls, raw: list[Any]) -> Entry:
-        record_id = str(raw[4]) if len(raw) > 4 else None
-        return cls(int(raw[0]), int(raw[1]), raw[2], bool(raw[3]), record_id)
+        record_id = str(raw[4]) if len(raw) > 4 and raw[4] is not None else None
+        partners = tuple(int(o) for o in raw[5]) if len(raw) > 5 else None
+        return cls(int(raw[0]), int(raw[1]), raw[2], bool(raw[3]), record_id, partners)
 
 
 @dataclass(frozen=True)
@@ -130,6 +150,10 @@ def _clock_key(p: int) -> str:
 
 def _seen_key(p: int) -> str:
     return f"~seen/{p}"
+
+
+def _out_key(p: int) -> str:
+    return f"~out/{p}"
 
 
 def _late_key(p: int) -> str:
@@ -193,6 +217,10 @@ class JoinProcessor:
         # hold nothing yet (a new auction, on both sides): each saves a store read. Read from
         # the index when first needed; dropped with ``_sweep_at``.
         self._listed: dict[tuple[Side, int], set[str]] = {}
+        # (side, partition) -> the highest source offset this processor has handled: what was
+        # sent for those records is delivered at the next producer flush. Kept across
+        # rebalances (a record handled here was handled, whoever holds the partition now).
+        self._done: dict[tuple[Side, int], int] = {}
 
     def forget(self) -> None:
         self._sweep_at.clear()
@@ -213,6 +241,7 @@ class JoinProcessor:
                 store.discard()
         self._sweep_at.clear()
         self._listed.clear()
+        self._done.clear()
 
     # -- reading --
 
@@ -247,34 +276,32 @@ class JoinProcessor:
     # -- one record --
 
     def process(self, side: Side, partition: int, key: str, entry: Entry) -> Arrival[Pair]:
+        where = (side, partition)
+        self._done[where] = max(self._done.get(where, -1), entry.offset)
         own = self.stores[side]
         other = self.stores[side.other]
         own_entries = self._held(side, partition, key)
-        # What a sweep at the current clocks drops counts as gone, swept yet or not: a join over
-        # batches sweeps once per batch (`plan_expiry` when it ends), and its records see what
-        # they would see were the sweep run after each record. Only duplicates and replays can
-        # tell: an entry that has expired matches no record that is not late (module docs).
-        held = self._unswept(side, partition, own_entries)
         seen = int(own.get(_seen_key(partition), -1))
         # The record itself still stored is a replay, whatever ``~seen`` says: ``~seen`` is
         # written after the entries (`write_through`), so a crash between the two leaves the
         # record stored but not seen. Taken for a new record, it met its own entry and was
         # reported a duplicate of itself, and its pairs, whose first emission died with the
-        # crash, were never emitted again (the demo lost an attribution so).
-        earlier = next((e for e in held if e.offset == entry.offset), None)
+        # crash, were never emitted again (the demo lost an attribution so). Looked up among
+        # all the stored entries, expired or not: the clocks may have moved past its expiry
+        # after it was processed, and until a sweep drops it its output may not be out.
+        earlier = next((e for e in own_entries if e.offset == entry.offset), None)
         if earlier is not None or entry.offset <= seen:
             if earlier is None:
                 return Arrival(Outcome.SKIPPED)
-            again = tuple(
-                self._pair(key, side, earlier, o)
-                for o in self._unswept(
-                    side.other, partition, self._held(side.other, partition, key)
-                )
-                if self._matches(side, earlier, o)
-            )
+            again = self._pairs_again(side, partition, key, earlier)
             if entry.offset > seen:
                 own[_seen_key(partition)] = entry.offset
             return Arrival(Outcome.REPLAY, again)
+        # What a sweep at the current clocks drops counts as gone, swept yet or not: a join over
+        # batches sweeps once per batch (`plan_expiry` when it ends), and its records see what
+        # they would see were the sweep run after each record. Only duplicates can tell: an
+        # entry that has expired matches no record that is not late (module docs).
+        held = self._unswept(side, partition, own_entries)
         clock = self.clock(side, partition)
         if self.window.is_late(entry.time_ms, clock):
             # Nothing is written: `count_late` does it once the dead letter is out.
@@ -286,21 +313,42 @@ class JoinProcessor:
             own[_clock_key(partition)] = entry.time_ms
         other_entries = self._held(side.other, partition, key)
         pairs: list[Pair] = []
+        partners: list[int] = []
         changed = False
         for i, o in enumerate(other_entries):
             if not self._matches(side, entry, o):
                 continue
             pairs.append(self._pair(key, side, entry, o))
+            partners.append(o.offset)
             if not o.matched:
                 other_entries[i] = replace(o, matched=True)
                 changed = True
         if changed and self.kind.emits_unmatched(side.other):
             _put(other, key, other_entries)
-        stored = replace(entry, matched=bool(pairs))
+        stored = replace(entry, matched=bool(pairs), partners=tuple(partners))
         _put(own, key, [*own_entries, stored])
         self._index(side, partition, key, self.window.expires_after(side, entry.time_ms))
         own[_seen_key(partition)] = entry.offset
         return Arrival(Outcome.ACCEPTED, tuple(pairs))
+
+    def _pairs_again(
+        self, side: Side, partition: int, key: str, earlier: Entry
+    ) -> tuple[Pair, ...]:
+        """The pairs the replay of the record stored as ``earlier`` emits again.
+
+        Those its own processing emitted, with the partners still stored (one that is gone was
+        swept once its pair was delivered), whatever the clocks have done since: the stored
+        clocks may be those of records processed after it before the crash. An entry stored
+        before the join kept its partners is paired with what is held at the current clocks.
+        """
+        others = self._held(side.other, partition, key)
+        if earlier.partners is None:
+            others = self._unswept(side.other, partition, others)
+            return tuple(
+                self._pair(key, side, earlier, o) for o in others if self._matches(side, earlier, o)
+            )
+        partners = set(earlier.partners)
+        return tuple(self._pair(key, side, earlier, o) for o in others if o.offset in partners)
 
     def _unswept(self, side: Side, partition: int, entries: list[Entry]) -> list[Entry]:
         """``entries`` of ``side`` less those a sweep at the driving clock drops."""
@@ -347,7 +395,9 @@ class JoinProcessor:
     def plan_expiry(self, partition: int) -> Expiry[Pair]:
         """The records of ``partition`` that the clocks have expired, on both sides.
 
-        Returns the unmatched records the join kind emits; the stores change on `apply`.
+        Returns the unmatched records the join kind emits; the stores change on `apply`, which
+        also notes, per side, the offset up to which what was sent is delivered (``~out``).
+        Kept although expired: what a record still to be processed again needs (`owed_after`).
         """
         expiry: Expiry[Pair] = Expiry()
         unmatched: list[Pair] = []
@@ -355,7 +405,33 @@ class JoinProcessor:
             driving = self.clock(side.other, partition)
             unmatched.extend(self._plan_side(side, partition, driving, expiry))
         expiry.emitted = tuple(unmatched)
+        if not expiry.empty:
+            expiry.then(lambda: self._note_delivered(partition))
         return expiry
+
+    def owed_after(self, side: Side, partition: int) -> int | None:
+        """The offset past which ``side``'s stored records may still owe their pairs: None if
+        none may.
+
+        Those are records handled before a crash (by this worker or the partition's earlier
+        owner) after the last sweep applied, which this processor has not handled again yet:
+        what they sent may have died with the crash, and they will be processed again, as
+        replays. Until then their entries, and the partners their pairs are with, are kept.
+        """
+        store = self.stores[side]
+        seen = int(store.get(_seen_key(partition), -1))
+        delivered = max(
+            int(store.get(_out_key(partition), -1)), self._done.get((side, partition), -1)
+        )
+        return delivered if delivered < seen else None
+
+    def _note_delivered(self, partition: int) -> None:
+        # Applied after the producer flush: what the records handled here sent is out.
+        for side in (Side.LEFT, Side.RIGHT):
+            done = self._done.get((side, partition))
+            store = self.stores[side]
+            if done is not None and done > int(store.get(_out_key(partition), -1)):
+                store[_out_key(partition)] = done
 
     def _plan_side(
         self, side: Side, partition: int, clock: int, expiry: Expiry[Pair]
@@ -377,18 +453,25 @@ class JoinProcessor:
             for key in BUCKETS.keys(store, partition, bucket):
                 if key not in keys:
                     keys.append(key)
+        owed = _Owed(self, side, partition)
         emit = self.kind.emits_unmatched(side)
         unmatched: list[Pair] = []
         updates: dict[str, list[Entry]] = {}
+        retained: set[int] = set()  # due buckets listing entries kept for a replay
         for key in keys:
             entries = _entries(store, key)
             # By the bucket rule, not the exact one: what goes when does not depend on which
             # bucket happened to list the key.
-            keep = [
+            expired = [
                 e
                 for e in entries
-                if not self.index.swept(self.window.expires_after(side, e.time_ms), clock)
+                if self.index.swept(self.window.expires_after(side, e.time_ms), clock)
             ]
+            kept = owed.kept(key, expired)
+            retained.update(
+                self.index.bucket_of(self.window.expires_after(side, e.time_ms)) for e in kept
+            )
+            keep = [e for e in entries if e not in expired or e in kept]
             if len(keep) == len(entries):
                 continue
             updates[key] = keep
@@ -397,6 +480,13 @@ class JoinProcessor:
                     if not e.matched and e not in keep:
                         pair = Pair(key, e, None) if side is Side.LEFT else Pair(key, None, e)
                         unmatched.append(pair)
+        dropped = [b for b in due if b not in retained]
+        live_after = [b for b in live if b not in dropped]
+        if not updates and not dropped:
+            # Only entries kept for a replay are due: looked at again at each sweep (nothing
+            # to apply, so nothing to flush), until their replays are done.
+            self._sweep_at[where] = self.index.due_at(live_after[0])
+            return []
 
         def apply() -> None:
             listed = self._listed.get(where)
@@ -404,10 +494,36 @@ class JoinProcessor:
                 _put(store, key, keep)
                 if not keep and listed is not None:
                     # Held nothing more, so listed in no bucket left (each record is listed
-                    # under its own bucket, and every record of a due bucket was dropped).
+                    # under its own bucket, and every record of a due bucket was dropped) but
+                    # one kept for a replay, whose keys are read again anyway.
                     listed.discard(key)
-            BUCKETS.drop(store, partition, due, rest)
-            self._sweep_at[where] = self.index.due_at(rest[0]) if rest else None
+            BUCKETS.drop(store, partition, dropped, live_after)
+            self._sweep_at[where] = self.index.due_at(live_after[0]) if live_after else None
 
         expiry.then(apply)
         return unmatched
+
+
+class _Owed:
+    """Which expired entries of one side a sweep keeps for records still to be replayed: the
+    side's own records past `JoinProcessor.owed_after`, and the partners of the other side's."""
+
+    def __init__(self, processor: JoinProcessor, side: Side, partition: int) -> None:
+        self.own_after = processor.owed_after(side, partition)
+        self.other_after = processor.owed_after(side.other, partition)
+        self.other_store = processor.stores[side.other]
+
+    def kept(self, key: str, expired: list[Entry]) -> list[Entry]:
+        if not expired or (self.own_after is None and self.other_after is None):
+            return []
+        partners: set[int] = set()
+        if self.other_after is not None:
+            for e in _entries(self.other_store, key):
+                if e.offset > self.other_after and e.partners:
+                    partners.update(e.partners)
+        own_after = self.own_after
+        return [
+            e
+            for e in expired
+            if (own_after is not None and e.offset > own_after) or e.offset in partners
+        ]

@@ -54,6 +54,10 @@ class Committer:
         self.refused = 0
         #: Commits made early under exactly_once, the pending writes being full.
         self.early_commits = 0
+        #: Under exactly_once: transactions committed, and the most memory the tables' pending
+        #: writes took at a commit, for the worker's last line (`summary`).
+        self.transactions = 0
+        self.pending_peak_bytes = 0
 
     def due(self) -> bool:
         consumer = self.consumer
@@ -68,19 +72,33 @@ class Committer:
     def pending_writes_full(self) -> bool:
         """Whether the tables' writes waiting for a commit take more memory than
         ``eos_pending_writes_max_bytes`` allows."""
-        pending_bytes = getattr(self.app.tables, "pending_bytes", None)
-        if pending_bytes is None:
-            return False
-        settings = getattr(self.app, "streamapp_settings", None)
-        limit = (
-            StreamappSettings.eos_pending_writes_max_bytes
-            if settings is None
-            else settings.eos_pending_writes_max_bytes
-        )
-        if pending_bytes() < limit:
+        pending = self._pending_bytes()
+        if pending is None or pending < self._pending_limit():
             return False
         self.early_commits += 1
         return True
+
+    def _pending_bytes(self) -> int | None:
+        pending_bytes = getattr(self.app.tables, "pending_bytes", None)
+        return None if pending_bytes is None else int(pending_bytes())
+
+    def _pending_limit(self) -> int:
+        settings = getattr(self.app, "streamapp_settings", None)
+        if settings is None:
+            return StreamappSettings.eos_pending_writes_max_bytes
+        return int(settings.eos_pending_writes_max_bytes)
+
+    def summary(self) -> str | None:
+        """Under exactly_once, one line on the transactions and the pending writes' memory, to
+        size ``eos_pending_writes_max_bytes`` by; None if no transaction committed."""
+        if not self.transactions:
+            return None
+        return (
+            f"streamapp: exactly_once: {self.transactions} commits; the tables' writes waiting "
+            f"for a commit took at most {self.pending_peak_bytes:,} bytes "
+            f"(eos_pending_writes_max_bytes {self._pending_limit():,}; "
+            f"{self.early_commits} commits made early)"
+        )
 
     async def maybe_commit(self) -> None:
         """The fetch loop's commit, when one is due."""
@@ -161,12 +179,16 @@ class Committer:
         offsets = self._assigned(ledger.committable(partitions))
         if not offsets:
             return False
+        pending = self._pending_bytes()
+        if pending is not None:
+            self.pending_peak_bytes = max(self.pending_peak_bytes, pending)
         # aiokafka's transactional producer takes its own TopicPartition only.
         committed = await consumer.transactions.commit(
             {TopicPartition(tp.topic, tp.partition): off for tp, off in offsets.items()},
             start_new_transaction=start_new_transaction,
         )
         if committed:
+            self.transactions += 1
             self._committed(offsets)
         return bool(committed)
 

@@ -133,6 +133,9 @@ class FetchLoop:
 
     async def close(self) -> None:
         await self.stop_fetching()
+        summary = self.committer.summary()
+        if summary is not None:
+            logger.info("%s", summary)
         # The leader's metadata refreshes of topics a plan left out run through this consumer:
         # they end before it stops.
         stop_refreshes = getattr(self.app.assignor, "on_consumer_thread_stop", None)

@@ -234,6 +234,58 @@ def test_the_worker_commits_early_once_the_pending_writes_are_full(
     assert committer.due() and committer.early_commits == 1
 
 
+async def test_the_worker_reports_what_its_pending_writes_took_at_most(
+    tmp_path: Path, in_partition: Callable[[int], None]
+) -> None:
+    """The peak is taken at each commit, before the commit stores the writes."""
+    app = _app(tmp_path)
+    store = app.Table("counts", partitions=4).data
+    source = TP(SOURCE, 0)
+    handed_out: dict[TP, int] = {}
+
+    async def _settled(*_: Any) -> bool:
+        return True
+
+    async def _commit(offsets: Any, start_new_transaction: bool) -> bool:
+        return True
+
+    async def _flush() -> None:
+        return None
+
+    consumer = SimpleNamespace(
+        app=SimpleNamespace(
+            tables=app.tables,
+            monitor=app.monitor,
+            conf=app.conf,
+            streamapp_settings=app.streamapp_settings,
+            producer=SimpleNamespace(flush=_flush),
+        ),
+        in_transaction=True,
+        assigned={source},
+        wait_for_acks=_settled,
+        transactions=SimpleNamespace(commit=_commit),
+        ledger=SimpleNamespace(
+            pending=lambda partitions: 0,
+            committable=lambda partitions: dict(handed_out),
+            committed=lambda offsets: handed_out.clear(),
+        ),
+    )
+    committer = Committer(consumer, None)  # type: ignore[arg-type]
+    in_partition(0)
+    sizes = []
+    for count in (3, 7, 2):
+        for n in range(count):
+            store[f"key-{count}-{n}"] = "v" * 10
+        sizes.append(app.tables.pending_bytes())
+        handed_out[source] = count
+        assert await committer.commit_between_records(None, start_new_transaction=True)
+        assert app.tables.pending_bytes() == 0
+    assert committer.transactions == 3
+    assert committer.pending_peak_bytes == max(sizes) == sizes[1] > sizes[0]
+    summary = committer.summary()
+    assert summary is not None and f"{max(sizes):,} bytes" in summary and "3 commits" in summary
+
+
 # -- The persisted offset never runs ahead of the data, whatever a crash interrupts --
 
 
