@@ -20,8 +20,12 @@ An agent that leaves its ``async for`` over a record (it raised: ``bad_record_po
 the record, or Faust restarts the agent) leaves the iteration suspended at that record. Closing
 it, as Faust's does, acks the record; here it also ends the run for the records given out
 (their writes stored and sent, then acked) before the stream lets go of the record, and keeps
-the run's records not given out yet for the stream's next iteration, which gives them first.
-A stop releases them unprocessed (they are processed again after the restart).
+the run's records not given out yet for the stream's next iteration, which gives them first,
+through the stop of a stream the iteration started (an agent's actor does not start its
+stream: its first iteration does, and stops it as it ends, as Faust's does). The stream lets go
+of the record only after that stop: the agent, called again once it has, finds the records
+kept. A stop of the stream itself (the worker stops) releases them unprocessed (they are
+processed again after the restart).
 
 Faust private names (`streamapp.faust_compat.PRIVATE_NAMES`): ``Stream._py_aiter`` (Faust's
 Python iteration) and ``_active_agens`` (the iterations its ``on_stop`` closes), as Faust's own
@@ -174,18 +178,20 @@ class Stream(faust.Stream[Any]):
                 set_current_event(None)
                 await stream_runs.yield_to_loop()
         finally:
-            await self._end_iteration(run, closed_at_event, cancelled)
-            if started:
-                await self.stop()
-                self.service_reset()
+            await self._end_iteration(run, closed_at_event, cancelled, started)
 
     async def _end_iteration(
-        self, run: stream_runs.Run | None, closed_at_event: bool, cancelled: bool
+        self,
+        run: stream_runs.Run | None,
+        closed_at_event: bool,
+        cancelled: bool,
+        started: bool,
     ) -> None:
         """The iteration ends (see the module): the run's records given out are stored, sent
         and acked (the one the agent held included, as Faust's iteration acks it), what it did
-        not give out is kept for the next iteration, or released as the stream stops; then the
-        stream lets go of its current event."""
+        not give out is kept for the next iteration, or released as the stream stops; a stream
+        the iteration started is stopped, as Faust's iteration stops it; then, last, the stream
+        lets go of its current event."""
         app = self.app
         stopping = self.should_stop or app.should_stop
         try:
@@ -208,9 +214,29 @@ class Stream(faust.Stream[Any]):
                 left, self._leftover = self._leftover, None
                 stream_runs.release(app, left, flowing=app.flow_control.is_active())
         finally:
-            self.current_event = None
-            self._set_current_event(None)
             self._channel_stop_iteration(self.channel)
+            try:
+                if started:
+                    await self._stop_started()
+            finally:
+                # Last: an agent that left its loop over a record waits for the stream to let
+                # go of it (`streamapp.bad_records.Agent`) before it iterates the stream again,
+                # which must find the stream as this iteration leaves it.
+                self.current_event = None
+                self._set_current_event(None)
+
+    async def _stop_started(self) -> None:
+        """Stop the stream this iteration started (an agent's actor does not start its stream:
+        its first iteration does), as Faust's iteration does, keeping the records kept for the
+        next iteration: a stop releases those a stream holds, as the worker stops, but this one
+        comes of the agent leaving its loop over a record and being called again."""
+        kept, self._leftover = self._leftover, None
+        try:
+            await self.stop()
+            self.service_reset()
+        finally:
+            if kept:
+                self._leftover = kept + (self._leftover or [])
 
     async def on_stop(self) -> None:
         await super().on_stop()

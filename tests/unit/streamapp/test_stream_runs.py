@@ -183,6 +183,49 @@ async def test_an_agent_that_leaves_a_run_gets_the_rest_next_time(tmp_path: Path
     assert all(e.message.acked for e in events) and not later[0].message.acked
 
 
+async def test_an_agent_called_again_after_a_skipped_record_gets_the_rest_of_its_run(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # As in a worker: Faust's actor does not start the agent's stream, its first iteration
+    # does, and stops it as it ends. The agent raises over a record, bad_record_policy skips
+    # it, and the guard calls the agent again on its stream, which gives the rest of the run:
+    # the iteration's own stop must not release them as a worker's stop would (they would
+    # never be processed, acked or fetched again, and the agent would wait for more).
+    app = _app(tmp_path, bad_record_policy="skip")
+    topic = app.topic(TOPIC, key_type=bytes, value_type=bytes, partitions=3)
+    events = [_event(app, p, o) for o in range(4) for p in (0, 1)]
+    poison = events[2]  # partition 0, offset 1
+    last = events[-1]
+    seen: list[Any] = []
+    all_seen = asyncio.Event()
+
+    @app.agent(topic)
+    async def agent(stream: Any) -> None:
+        async for event in stream.events():
+            seen.append(event)
+            if event is last:
+                all_seen.set()
+            if event is poison:
+                raise ValueError("poison")
+
+    stream = agent.stream()
+    assert not stream.started  # as Faust's actor leaves it
+    _hand_out(app, stream.channel.queue, events)
+    task = asyncio.ensure_future(agent.fun(stream))
+    try:
+        await asyncio.wait_for(all_seen.wait(), 10.0)  # a guard against a hang, not a timing
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    assert seen == events  # each once, in order, the rest of the run after the skipped one
+    assert all(e.message.acked for e in events)
+    assert app.consumer.ledger.committable() == {TP(TOPIC, 0): 4, TP(TOPIC, 1): 4}
+    assert [r.getMessage() for r in caplog.records if "skipped record" in r.getMessage()] == [
+        f"streamapp: skipped record {TOPIC}[0]@1: agent {agent.name} raised ValueError: poison "
+        "(bad_record_policy=skip)"
+    ]
+
+
 async def test_a_stop_releases_what_the_run_did_not_give_out(tmp_path: Path) -> None:
     app = _app(tmp_path)
     stream = await _started_stream(app)
