@@ -21,8 +21,11 @@ partitions, and one worker process:
   records). This is the limit.
 
 Each engine notes the wall and process CPU time (all its threads) at its first record and
-after its last one, with its producer flushed; startup and loading are not counted. Prints
-records/s, CPU µs per record and the ratios. ``--profile DIR`` also profiles the event-loop
+after its last one is processed and acked, with its producer flushed; startup and loading are
+not counted. Prints records/s, CPU µs per record, the changelog records each input record left
+in the table's changelog (counted once the worker stopped, committed records only: streamapp
+sends a key's last write of a run or batch, a plain loop and stock Faust one per write) and the
+ratios. ``--profile DIR`` also profiles the event-loop
 thread of each Faust engine (cProfile, first record to last) and prints where its time goes
 per record; ``--py-spy DIR PY_SPY`` samples each Faust engine's worker process with py-spy
 (all threads, while they hold the GIL; not a project dependency) and prints where its CPU
@@ -56,6 +59,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from bench.lib import gil_blocks
+from streamapp.faust_compat import access
 from streamapp.kafka import LocalKafka
 from streamapp.kafka.probe import free_port
 from streamapp.testing.stop_signals import run_until_stopped
@@ -94,6 +98,8 @@ class Result:
     records: int
     wall_s: float
     cpu_s: float
+    #: Records in the table's changelog after the run (read_committed), per input record.
+    changelog_per_record: float = 0.0
 
     @property
     def per_s(self) -> float:
@@ -125,6 +131,40 @@ async def load_input(bootstrap: str, topic: str, records: int, keys: int) -> Non
         await producer.flush()
     finally:
         await producer.stop()
+
+
+async def count_committed(bootstrap: str, topic: str) -> int:
+    """How many committed records ``topic`` holds (transaction markers and aborted records not
+    counted), read from its start to its end."""
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap, isolation_level="read_committed", enable_auto_commit=False
+    )
+    await consumer.start()
+    try:
+        partitions = consumer.partitions_for_topic(topic) or set()
+        if not partitions:
+            await access.refresh_metadata(consumer)  # a topic made by another client
+            partitions = consumer.partitions_for_topic(topic) or set()
+        tps = [TopicPartition(topic, p) for p in sorted(partitions)]
+        if not tps:
+            return 0
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        ends = await consumer.end_offsets(tps)
+        count = 0
+
+        async def behind() -> bool:
+            for tp in tps:
+                if await consumer.position(tp) < ends[tp]:
+                    return True
+            return False
+
+        while await behind():
+            fetched = await consumer.getmany(timeout_ms=1000, max_records=10_000)
+            count += sum(len(records) for records in fetched.values())
+        return count
+    finally:
+        await consumer.stop()
 
 
 # --- the plain loop (runs in its own process: `throughput.py --plain-loop ...`) -------------
@@ -353,10 +393,16 @@ def run_engine(
             say(f"{engine} ({guarantee}) worker: {line.split('streamapp: ', 1)[1].strip()}")
     (first_wall, first_cpu), (last_wall, last_cpu) = data["first"], data["last"]
     wall_s, cpu_s = last_wall - first_wall, last_cpu - first_cpu
-    result = Result(engine, guarantee, data["records"], wall_s, cpu_s)
+    # The worker stopped (its last commit made): what its table's changelog holds.
+    changelog = f"{app_id}-changelog" if engine == "plain loop" else f"{app_id}-sums-changelog"
+    changelog_records = asyncio.run(count_committed(bootstrap, changelog))
+    result = Result(
+        engine, guarantee, data["records"], wall_s, cpu_s, changelog_records / data["records"]
+    )
     say(
         f"{engine} ({guarantee}): {result.per_s:,.0f} records/s, "
-        f"{result.cpu_us_per_record:.0f} µs CPU per record"
+        f"{result.cpu_us_per_record:.0f} µs CPU per record, "
+        f"{result.changelog_per_record:.2f} changelog records per record"
     )
     return result
 
@@ -399,7 +445,7 @@ def table(results: list[Result], args: argparse.Namespace) -> str:
         f"{args.partitions} partitions, an output record every {OUTPUT_EVERY}th, "
         f"-l {args.loglevel}",
         f"{'guarantee':<14} {'engine':<13} {'records/s':>10} {'CPU µs/rec':>11} "
-        f"{'vs stock faust':>15} {'vs plain loop':>14}",
+        f"{'changelog/rec':>14} {'vs stock faust':>15} {'vs plain loop':>14}",
     ]
     by = {(r.guarantee, r.engine): r for r in results}
     for guarantee in args.guarantee:
@@ -413,7 +459,7 @@ def table(results: list[Result], args: argparse.Namespace) -> str:
             vs_plain = f"{r.per_s / plain.per_s:.3f}x" if plain else "-"
             lines.append(
                 f"{guarantee:<14} {engine:<13} {r.per_s:>10,.0f} {r.cpu_us_per_record:>11.0f} "
-                f"{vs_stock:>15} {vs_plain:>14}"
+                f"{r.changelog_per_record:>14.2f} {vs_stock:>15} {vs_plain:>14}"
             )
     if set(GUARANTEES) <= set(args.guarantee):
         for engine in args.engine:
@@ -433,7 +479,7 @@ def rounds_summary(rounds: list[list[Result]], args: argparse.Namespace) -> str:
         f"over {len(rounds)} rounds (each engine once per round, in turn): medians, and each "
         "ratio taken within a round (median, min-max)",
         f"{'guarantee':<14} {'engine':<13} {'records/s':>10} {'CPU µs/rec':>11} "
-        f"{'vs stock faust':>24} {'vs plain loop':>24} {'EOS / ALO':>22}",
+        f"{'changelog/rec':>14} {'vs stock faust':>24} {'vs plain loop':>24} {'EOS / ALO':>22}",
     ]
 
     def spread(values: list[float], digits: int) -> str:
@@ -467,6 +513,7 @@ def rounds_summary(rounds: list[list[Result]], args: argparse.Namespace) -> str:
                 f"{guarantee:<14} {engine:<13} "
                 f"{statistics.median(r.per_s for r in runs):>10,.0f} "
                 f"{statistics.median(r.cpu_us_per_record for r in runs):>11.0f} "
+                f"{statistics.median(r.changelog_per_record for r in runs):>14.2f} "
                 f"{spread(vs_stock, 2):>24} {spread(vs_plain, 3):>24} "
                 f"{spread(eos_alo, 2) if guarantee == 'exactly_once' else '':>22}"
             )

@@ -13,7 +13,6 @@ from mode.utils.objects import cached_property
 
 from streamapp import assignment_wiring
 from streamapp.bad_records import BadRecordPolicy, BadRecords
-from streamapp.faust_compat.access import consumer_if_created
 from streamapp.faust_compat.app import FaustApp
 from streamapp.runtime.consumer import Consumer as StreamappConsumer
 from streamapp.runtime.driver import driver_urls
@@ -124,6 +123,8 @@ class App(FaustApp):
 
     streamapp_settings: StreamappSettings
     streamapp_bad_records: BadRecords
+    #: The app's consumer once Faust has created it (it announces itself), else None.
+    streamapp_consumer: StreamappConsumer | None = None
 
     def __init__(
         self,
@@ -197,12 +198,12 @@ class App(FaustApp):
         options.setdefault("Agent", "streamapp.bad_records:Agent")
         # A table write encodes its key and value once, for the changelog and the store alike,
         # and a windowed table's recovered windows expire (faust-streaming/faust #385).
-        options.setdefault("Table", "streamapp.faust_compat.window_expiry:Table")
+        options.setdefault("Table", "streamapp.expiring_tables:Table")
         # A changelog record a table cannot decode is skipped by recovery, not waited for.
         options.setdefault("GlobalTable", "streamapp.changelog_records:GlobalTable")
         # A table of sets whose store holds each set as it is now (see streamapp.set_tables).
-        options.setdefault("SetTable", "streamapp.faust_compat.set_table:SetTable")
-        options.setdefault("SetGlobalTable", "streamapp.faust_compat.set_table:SetGlobalTable")
+        options.setdefault("SetTable", "streamapp.set_tables:SetTable")
+        options.setdefault("SetGlobalTable", "streamapp.set_tables:SetGlobalTable")
         # Disabled log levels cost nothing once the worker runs (see streamapp.faust_worker).
         options.setdefault("Worker", "streamapp.faust_worker:Worker")
         super().__init__(id, **options)
@@ -218,8 +219,8 @@ class App(FaustApp):
         return flow
 
     def _on_dropped(self, events: Any, flowing: bool) -> None:
-        consumer = consumer_if_created(self)
-        if isinstance(consumer, StreamappConsumer):
+        consumer = self.streamapp_consumer
+        if consumer is not None:
             consumer.on_dropped(events, flowing)
 
     def GlobalTable(self, name: str, **kwargs: Any) -> Any:
@@ -285,8 +286,8 @@ class App(FaustApp):
         await self._flush_ownership()
         if self.crashed:
             return
-        consumer = consumer_if_created(self)
-        if isinstance(consumer, StreamappConsumer) and consumer.all_progress_committed():
+        consumer = self.streamapp_consumer
+        if consumer is not None and consumer.all_progress_committed():
             clean_shutdown.mark_clean_shutdown(Path(self.conf.tabledir))
         else:
             logger.info(

@@ -17,8 +17,9 @@ It gathers facts and applies decisions, and decides nothing itself:
   the local offset; standbys *and* warmups are Faust standbys), replica tracking to `standby`.
 
 Everything Faust's router and table recovery read (``assigned_actives``, ``key_store``,
-``tables_metadata``, ``external_*``...) is filled in from the share, through Faust's own
-attributes, so the inherited methods keep working.
+``tables_metadata``, ``external_*``...) is answered from the share, by
+`streamapp.assignor_interface.AssignorInterface`, streamapp's implementation of Faust's and
+aiokafka's assignor interfaces.
 """
 
 from __future__ import annotations
@@ -34,7 +35,6 @@ from aiokafka.coordinator.protocol import (
     ConsumerProtocolMemberAssignment,
     ConsumerProtocolMemberMetadata,
 )
-from faust.assignor.client_assignment import ClientAssignment
 
 import assignor
 from assignor.metadata_codec import (
@@ -49,8 +49,7 @@ from assignor.metadata_codec import (
 )
 from standby.replica_offsets import with_applied
 from standby.runtime import ReplicaRuntime
-from streamapp.faust_compat.access import assignor_url, install_assignment
-from streamapp.faust_compat.assignor import FaustPartitionAssignor
+from streamapp.assignor_interface import AssignorInterface
 from streamapp.group_scenario import (
     CheckedFacts,
     GroupSettings,
@@ -99,7 +98,7 @@ LIAR_REFUSED = (
 )
 
 
-class StreamappPartitionAssignor(FaustPartitionAssignor):
+class StreamappPartitionAssignor(AssignorInterface):
     """Set as ``streamapp.App``'s ``PartitionAssignor``."""
 
     #: The `assignor.plan` strategy the leader runs.
@@ -189,7 +188,7 @@ class StreamappPartitionAssignor(FaustPartitionAssignor):
         settings = self.settings
         own = MemberMetadata(
             client_id=self.client_id,
-            url=assignor_url(self),
+            url=self.url,
             host=settings.host,
             rack=settings.rack,
             capacity=settings.capacity,
@@ -479,27 +478,17 @@ class StreamappPartitionAssignor(FaustPartitionAssignor):
                 f"the group leader sent an assignment streamapp cannot read ({exc}): "
                 "every worker of this app must be a streamapp worker of the same version"
             ) from None
-        changelogs = self.app.tables.changelog_topics
         replicas: dict[str, list[int]] = {}
         for part in (share.standby, share.warmup):
             for topic, partitions in part.items():
                 replicas[topic] = sorted({*replicas.get(topic, []), *partitions})
         self._share = share
-        install_assignment(
-            self,
-            ClientAssignment(
-                actives={t: list(ps) for t, ps in share.active.items()}, standbys=replicas
-            ),
-            share.topic_groups,
+        self.hold(
+            actives=share.active,
+            standbys=replicas,
+            topic_groups=share.topic_groups,
+            actives_by_url=share.actives_by_url,
         )
-        self.changelog_distribution = {
-            url: {t: list(ps) for t, ps in tps.items() if t in changelogs}
-            for url, tps in share.actives_by_url.items()
-        }
-        self.external_topic_distribution = {
-            url: {t: list(ps) for t, ps in tps.items() if t not in changelogs}
-            for url, tps in share.actives_by_url.items()
-        }
         given = sorted((t, sorted(ps)) for t, ps in assignment.assignment)
         if given != kafka_partitions(share):
             logger.error(

@@ -30,6 +30,9 @@ the changelog sees it too. Operations are idempotent, so a replay applies them a
 
 A key belongs to the partition of the records that change it, as a `Table`'s key does on
 RocksDB (docs/migrating-from-faust.md).
+
+`SetTable` and `SetGlobalTable` are the App's ``SetTable`` / ``SetGlobalTable`` settings: Faust's,
+whose ``data`` (the table's store, Faust's manager of sets) is a `StoredSets`.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ import logging
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+import faust
 from faust.streams import current_event
 from faust.tables.sets import (
     OPERATION_ADD,
@@ -47,8 +51,10 @@ from faust.tables.sets import (
     ChangeloggedSetManager,
 )
 from faust.types import TP, EventT
+from faust.types.tables import GlobalTableT
 
-from streamapp.runtime.stores import RocksDBStore
+from streamapp.changelog_records import SkipsUndecodableChangelogRecords
+from streamapp.runtime.stores import OnStreamappStore, RocksDBStore
 
 logger = logging.getLogger(__name__)
 
@@ -259,3 +265,24 @@ class StoredSets(ChangeloggedSetManager):
             del self.partition_of[key]
             self.data.pop(key, None)
         self.loaded.discard(partition)
+
+
+class SetTable(OnStreamappStore, SkipsUndecodableChangelogRecords, faust.SetTable[Any, Any]):
+    """Faust's SetTable whose RocksDB store (streamapp's) holds each set as it is now (see the
+    module), and whose recovery skips changelog records it cannot decode."""
+
+    #: The table's sets, made at the first use of `data`.
+    stored_sets: StoredSets | None = None
+
+    @property
+    def data(self) -> StoredSets:  # type: ignore[override]
+        """The table's store: its sets (Faust's table reads and writes its store here)."""
+        sets = self.stored_sets
+        if sets is None:
+            sets = self.stored_sets = StoredSets(self)
+        return sets
+
+
+class SetGlobalTable(SetTable, GlobalTableT):
+    """`SetTable` held whole by every worker (``streamapp.App.SetGlobalTable`` makes it global:
+    Faust's ``app.SetGlobalTable`` does not, and each worker held only its own partitions)."""

@@ -13,12 +13,14 @@ Environment (set by ``bench/throughput.py``):
 - ``THROUGHPUT_RECORDS``: how many input records the run has;
 - ``THROUGHPUT_PROFILE``: when set, a cProfile of the event-loop thread from the first
   record to the last is written there;
-- ``THROUGHPUT_RESULT``: a file the agent writes, once the last record is processed and the
-  producer flushed, with the wall and process CPU time of the first and the last record.
+- ``THROUGHPUT_RESULT``: a file the agent writes, once the last record is processed (under
+  streamapp: acked, its run's or batch's changelog records sent) and the producer flushed,
+  with the wall and process CPU time of the first and the last record.
 """
 
 from __future__ import annotations
 
+import asyncio
 import cProfile
 import json
 import os
@@ -72,6 +74,7 @@ output = app.topic(f"{APP_ID}-output", key_type=str, value_type=int, partitions=
 sums = app.Table("sums", default=int, partitions=PARTITIONS)
 
 _seen = 0
+_finishing: list[asyncio.Future[None]] = []  # the task that writes the result, kept
 _first: tuple[float, float] | None = None
 
 
@@ -94,13 +97,29 @@ async def _process(key: str, value: bytes) -> None:
 
 async def _maybe_done() -> None:
     if _seen == RECORDS:
-        # Durable: the changelog and output records of the run are with the broker.
-        await app.producer.flush()
-        wall, cpu = time.monotonic(), time.process_time()
-        if _profiler is not None:
-            _profiler.disable()
-            _profiler.dump_stats(str(PROFILE))
-        RESULT.write_text(json.dumps({"records": _seen, "first": _first, "last": [wall, cpu]}))
+        if ENGINE == "streamapp":
+            # The last records are processed once acked: a run's or a batch's table writes go
+            # to the changelog as it ends, after the agent's body has seen its last record.
+            _finishing.append(asyncio.ensure_future(_done_once_acked()))
+        else:
+            await _done()
+
+
+async def _done_once_acked() -> None:
+    ledger = app.consumer.ledger  # type: ignore[attr-defined]
+    while ledger.pending():
+        await asyncio.sleep(0.001)
+    await _done()
+
+
+async def _done() -> None:
+    # Durable: the changelog and output records of the run are with the broker.
+    await app.producer.flush()
+    wall, cpu = time.monotonic(), time.process_time()
+    if _profiler is not None:
+        _profiler.disable()
+        _profiler.dump_stats(str(PROFILE))
+    RESULT.write_text(json.dumps({"records": _seen, "first": _first, "last": [wall, cpu]}))
 
 
 if ENGINE == "streamapp" and os.environ.get("THROUGHPUT_BATCHES") == "1":

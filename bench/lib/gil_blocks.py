@@ -18,16 +18,31 @@ from pathlib import Path
 #: Block -> patterns of a frame ("function (file)"); the first block matching a stack takes it.
 BLOCKS: list[tuple[str, tuple[str, ...]]] = [
     ("output records (Topic.send)", ("Topic.send (faust/topics.py)", "Topic.send (streamapp/")),
-    ("a batch's changelog records sent", ("end (streamapp/faust_compat/batch_changelog.py)",)),
+    (
+        "changelog records sent (batch, run)",
+        ("end (streamapp/faust_compat/batch_changelog.py)",),
+    ),
     ("table read", ("Table.__getitem__ (streamapp/faust_compat/encode_once.py)",)),
     ("table write", ("Table.__setitem__ (streamapp/faust_compat/encode_once.py)",)),
-    ("a wake-up's records taken (_take)", ("_take (streamapp/batches.py)",)),
-    ("ack per batch", ("ack_batch (streamapp/faust_compat/batch_stream.py)",)),
+    (
+        "records taken off the queue",
+        ("_take (streamapp/batches.py)", "take (streamapp/runtime/stream_runs.py)"),
+    ),
+    (
+        "acks (batch, run)",
+        ("ack_batch (streamapp/runtime/consumer.py)", "ack (streamapp/runtime/stream_runs.py)"),
+    ),
+    (
+        "the stream's iteration, rest",
+        ("Stream._runs (streamapp/faust_compat/stream.py)", "Stream._py_aiter (faust/streams.py)"),
+    ),
     ("hand-out (fetch loop)", ("FetchLoop._hand_out (streamapp/runtime/loop.py)",)),
     ("fetch loop, rest", ("FetchLoop._round (streamapp/runtime/loop.py)",)),
     ("Faust's conductor, rest", ("on_message (faust/transport/conductor.py)",)),
     ("the agent, rest", ("Agent._execute_actor (faust/agents/agent.py)",)),
     ("the producer's sender", ("(aiokafka/producer/sender.py)",)),
+    # Last: the loop's own work between callbacks (selecting, scheduling, timers).
+    ("the event loop, rest", ("_run_once (asyncio/base_events.py)",)),
 ]
 CONSUMER_THREAD = "the consumer's thread"
 #: Frames of a worker's start and stop, not counted.

@@ -4,14 +4,12 @@ streamapp's runtime (`streamapp.runtime`: the consumer, its fetch loop, the tabl
 the store, the group protocol) stands behind Faust's public extension points. What is left
 here reaches into Faust where it opens no door:
 
-- its assignor's leader step (`assignor`) and the assignment hand-over it reads back
-  (`access`);
 - its table classes: a write encoded once (`encode_once`) and, in a batch, with the partition
-  and sensors looked up once (`batch_table`); the expiry heap of a windowed table, rebuilt
-  after a recovery (`window_expiry`); a table of sets kept by `streamapp.set_tables`
-  (`set_table`);
-- its stream: iterated by Faust's Python path, which acks through the consumer (`stream`), and
-  its current event set once per batch (`batch_stream`);
+  and sensors looked up once (`batch_table`); a windowed table's "now" read from streamapp's
+  own expiry index (`window_clock`, for `streamapp.expiring_tables`);
+- its stream: an agent's records taken a run at a time and given one at a time, other streams
+  iterated by Faust's Python path, which acks through the consumer (`stream`), and its current
+  event set once per batch (`batch_stream`);
 - its producer side: a batch's changelog records and join output sent together
   (`batch_changelog`),
   exactly_once sends in the transaction of the record they are made for (`sends`), a topic's
@@ -47,19 +45,8 @@ RELEASES: Ranges = {"faust-streaming": ((0, 15, 3), (0, 16)), "aiokafka": ((0, 1
 #: instance of it). A name is found as a class attribute or as ``self.<name>`` in the code of
 #: the class or one of its bases (`_has_name`).
 PRIVATE_NAMES: dict[str, tuple[str, ...]] = {
-    "faust.app.base:App": (
-        "_consumer",  # access: the app's consumer, if created, without creating one
-    ),
     "aiokafka.consumer.consumer:AIOKafkaConsumer": (
         "_client",  # access.refresh_metadata: a test helper's own consumers
-    ),
-    "faust.assignor.partition_assignor:PartitionAssignor": (
-        "_perform_assignment",  # assignor: the leader's step, under a public name
-        "_assignment",  # access.install_assignment: where Faust's assignor API reads it
-        "_active_tps",
-        "_standby_tps",
-        "_topic_groups",
-        "_url",  # access.assignor_url
     ),
     "faust.serializers.registry:Registry": (
         "_serializer",  # resolved_codecs: the codec Registry's calls pick, looked up once
@@ -68,6 +55,7 @@ PRIVATE_NAMES: dict[str, tuple[str, ...]] = {
     "faust.streams:Stream": (
         "_py_aiter",  # stream: Faust's Python iteration, which acks through Consumer.ack
         "_active_agens",
+        "_finalized",  # stream: set as Faust's iteration sets it (no operator added after)
         "_set_current_event",  # batch_stream: Faust's current event, once per batch
         "_channel_stop_iteration",
     ),
@@ -79,22 +67,12 @@ PRIVATE_NAMES: dict[str, tuple[str, ...]] = {
     ),
     "faust.transport.drivers.aiokafka:Producer": (
         "_producer",  # batch_changelog: a batch's changelog records, on aiokafka's producer
-        "_transaction_producers",
+        "_transaction_producers",  # and sends: the transactions committed concurrently
         "_trn_locks",
         "_producer_type",  # worker_clients: streamapp's own aiokafka producer
     ),
     "faust.tables.base:Collection": (
-        "_maybe_set_key_ttl",  # encode_once: Faust's on_key_set after a write of bytes
-        "_sensor_on_set",
-        "_maybe_del_key_ttl",  # encode_once: a deletion in a batch, as Faust's on_key_del
-        "_sensor_on_del",
-        "_on_changelog_sent",  # batch_changelog: the persisted offset, once per batch
-        "_should_expire_keys",  # window_expiry: the heap rebuilt after a recovery (faust #385)
-        "_partition_timestamps",
-        "_partition_timestamp_keys",
-        "_partition_latest_timestamp",
-        "_to_key",
-        "_new_store",  # set_table: the sets of a SetTable kept by streamapp.set_tables
+        "_relative_now",  # window_clock: relative_to_now() / .now() on streamapp's expiry index
     ),
     "aiokafka.coordinator.assignors.sticky.sticky_assignor:StickyPartitionAssignor": (
         "_metadata",  # access: bench/strategies.py runs aiokafka's sticky assignor beside ours

@@ -3,7 +3,7 @@
 Faust sends a table write's changelog record through its per-record path: a ``FutureMessage``
 made by ``Topic.send_soon``, put in the producer's buffer, taken off it by another task, sent
 by ``publish_message`` (sensors, a ``send`` per record, a done callback per record), and at
-delivery ``_on_changelog_sent`` writes the store's persisted offset, a rocksdict put per
+delivery the table's callback writes the store's persisted offset, a rocksdict put per
 record. While `streamapp.batches` hands an agent a batch, a table write (`encode_once.Table`)
 appends its encoded key and value to the batch's `BatchChangelog` instead, and the batch's
 end, before its ack, hands them to aiokafka's accumulator, in the batches its ``send`` would
@@ -229,9 +229,16 @@ class _PersistOffset:
             # The offset is not written: the store keeps claiming the earlier one.
             self._warn(exc)
             return
-        # The last record's offset, as Faust's callback of the last delivered record writes it:
-        # the store holds every write of the batch, sent or lost.
-        self.table._on_changelog_sent(fut)
+        # The last record's offset, as Faust's callback of the last delivered record writes it
+        # (``Table._on_changelog_sent``): the store holds every write of the batch, sent or
+        # lost. Under exactly_once it is written when the partition's transaction commits.
+        sent = fut.result()
+        table = self.table
+        app = table.app
+        if app.in_transaction:
+            app.tables.persist_offset_on_commit(table.data, sent.topic_partition, sent.offset)
+        else:
+            table.data.set_persisted_offset(sent.topic_partition, sent.offset)
 
     def _warn(self, exc: BaseException | None) -> None:
         if exc is not None:
@@ -295,6 +302,13 @@ def forget() -> None:
     _current.set(None)
     if changelog is not None:
         changelog.end_tables(finished=False)
+
+
+def use(changelog: BatchChangelog | None) -> None:
+    """Collect the table writes of the record about to be processed in ``changelog`` (None:
+    Faust's path): a record-at-a-time stream's run keeps one changelog per source partition
+    (`streamapp.runtime.stream_runs`) and switches between them record by record."""
+    _current.set(changelog)
 
 
 def current() -> BatchChangelog | None:

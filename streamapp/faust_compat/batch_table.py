@@ -87,8 +87,6 @@ are overridden (``memory://``, a subclass), a global table, a table that partiti
 whose ``on_key_get`` is not Faust's, and every table outside a batch or in a batch whose
 changelog records take Faust's path (`batch_changelog.begin` returned None).
 
-Faust private name this relies on (checked at import, `streamapp.faust_compat.PRIVATE_NAMES`):
-``faust.tables.base.Collection._sensor_on_set`` (the table's sensor call of a write).
 Delete when Faust's table resolves a stream's partition once per event batch.
 Tests: tests/unit/streamapp/faust_compat/test_batch_table.py.
 """
@@ -244,7 +242,7 @@ class BatchTable:
         ttl is a windowed table's, which this does not take), then the store's write."""
         states = self.states
         if states is None:
-            self.table._sensor_on_set(self.table, key, value)
+            self.table.app.sensors.on_table_set(self.table, key, value)
         else:
             for state in states:
                 state.keys_updated += 1

@@ -18,14 +18,14 @@ whose store is not streamapp's RocksDB store (``memory://``, which keeps objects
 bytes), keeps Faust's way.
 
 The store's bytes are read and written through its own API (`streamapp.runtime.stores`:
-``encode_key``, ``encode_value``, ``decode_value``, ``get_bytes``, ``set_bytes``). Faust private
-names this module uses, checked at import with the others
-(`streamapp.faust_compat.PRIVATE_NAMES`):
+``encode_key``, ``encode_value``, ``decode_value``, ``get_bytes``, ``set_bytes``).
 
-- ``faust.tables.base.Collection._maybe_set_key_ttl`` (a method) / ``._sensor_on_set`` (set
-  in its ``__init__``): the rest of what
-  Faust's ``Table.on_key_set`` does after sending the changelog record (window expiry
-  bookkeeping, sensors), done here in the same order, since the send is done here with bytes.
+What Faust's ``on_key_set`` and ``on_key_del`` do after the changelog record is sent is
+`key_written` and `key_deleted` here, called by every write and deletion, with bytes or not
+(``on_key_set`` and ``on_key_del`` are overridden to call them): the app's sensors
+(``app.sensors.on_table_set`` / ``on_table_del``), and in a subclass whatever else a write
+notes (`streamapp.expiring_tables`: a windowed table's expiry). Faust's own window expiry
+bookkeeping is not fed: streamapp's table keeps its own.
 """
 
 from __future__ import annotations
@@ -111,8 +111,7 @@ class Table(faust.Table[Any, Any]):
             if partition is not None:
                 # In a batch: the record joins the batch's, sent as the batch ends.
                 self._add_to_batch(changelog, key, partition, key_bytes, value_bytes)
-                self._maybe_set_key_ttl(key, partition)
-                self._sensor_on_set(self, key, value)
+                self.key_written(key, value, partition)
                 store.set_bytes(key_bytes, value_bytes)
                 return None
         # Faust's on_key_set, then the store's write, in that order, with the bytes above: the
@@ -127,8 +126,7 @@ class Table(faust.Table[Any, Any]):
         )
         partition = fut.message.partition
         assert partition is not None  # eager partitioning: the changelog partition is known
-        self._maybe_set_key_ttl(key, partition)
-        self._sensor_on_set(self, key, value)
+        self.key_written(key, value, partition)
         store.set_bytes(key_bytes, value_bytes)
 
     def __delitem__(self, key: Any) -> None:
@@ -148,6 +146,24 @@ class Table(faust.Table[Any, Any]):
         in_batch.delete(key_bytes)
         return None
 
+    def on_key_set(self, key: Any, value: Any) -> None:
+        # Faust's: the changelog record, then what a write notes (`key_written`). Faust's
+        # ``__setitem__`` calls it for a table that keeps Faust's way, and ``update``.
+        fut = self.send_changelog(self.partition_for_key(key), key, value)
+        partition = fut.message.partition
+        assert partition is not None  # eager partitioning: the changelog partition is known
+        self.key_written(key, value, partition)
+
+    def key_written(self, key: Any, value: Any, partition: int) -> None:
+        """What a write of ``key`` notes once its changelog record is on its way to
+        ``partition``: the app's sensors (a subclass notes more, then calls this)."""
+        self.app.sensors.on_table_set(self, key, value)
+
+    def key_deleted(self, key: Any, partition: int) -> None:
+        """What a deletion of ``key`` notes once its changelog record is on its way to
+        ``partition``: the app's sensors (a subclass notes more, then calls this)."""
+        self.app.sensors.on_table_del(self, key)
+
     def on_key_del(self, key: Any) -> None:
         # ``clear``, and ``del table[key]`` or ``pop`` on a table batch_table does not take: in
         # a batch, the deletion's record goes in the batch's changelog, after the writes before
@@ -156,7 +172,14 @@ class Table(faust.Table[Any, Any]):
         self._store_batches()
         store, changelog, partition = self._batch_target(key)
         if store is None or changelog is None or partition is None:
-            return super().on_key_del(key)
+            # Faust's: the deletion's changelog record (a tombstone), then what it notes.
+            fut = self.send_changelog(
+                self.partition_for_key(key), key, value=None, value_serializer="raw"
+            )
+            sent_to = fut.message.partition
+            assert sent_to is not None  # eager partitioning: the changelog partition is known
+            self.key_deleted(key, sent_to)
+            return None
         self._deletion_in_batch(changelog, key, partition, self._key_bytes(store, key))
         in_batch = changelog.tables.get(id(self))
         if in_batch is not None:
@@ -271,8 +294,7 @@ class Table(faust.Table[Any, Any]):
     ) -> None:
         """What Faust's ``on_key_del`` does, the deletion's record joining the batch's."""
         self._add_to_batch(changelog, key, partition, key_bytes, None)
-        self._maybe_del_key_ttl(key, partition)
-        self._sensor_on_del(self, key)
+        self.key_deleted(key, partition)
 
     def _add_to_batch(
         self,

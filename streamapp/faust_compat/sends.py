@@ -26,16 +26,21 @@ writes of committed transactions only (`streamapp.runtime.store_commits`).
 without the current event: `streamapp.bad_records.Topic` notes the source of each such message
 (`note_source`) and publishes it under that source (`publishing_for`).
 
+A commit commits the source partitions' transactions concurrently rather than one after the
+other (`TransactionManager.commit`).
+
 Touches ``TransactionManager._tps_to_transactional_ids`` (the transactional ids Faust begins,
-commits and ends per source partition) and its aiokafka producer's ``_transaction_producers``
-(the producer of each transaction). Delete when Faust's TransactionManager sends a record made
-while processing another in the transaction of the latter, and its commit says when a
-transaction did not commit.
+commits and ends per source partition) and, for the commit, Faust's aiokafka ``Producer``'s
+``_transaction_producers`` and ``_trn_locks`` (each transaction's producer and lock, as
+Faust's ``commit_transactions`` uses them). Delete when Faust's TransactionManager sends a record
+made while processing another in the transaction of the latter, and its commit commits the
+transactions concurrently and says when one did not commit.
 Tests: tests/unit/streamapp/faust_compat/test_sends.py; tests/integration/test_eos_sends.py.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -112,7 +117,64 @@ async def send_for_source(
 
 
 class TransactionManager(FaustTransactionManager):
-    """Faust's, but a send made for a record goes in that record's transaction."""
+    """Faust's, but a send made for a record goes in that record's transaction, and a commit
+    commits the partitions' transactions side by side (`commit`)."""
+
+    async def commit(self, offsets: Mapping[TP, int], start_new_transaction: bool = True) -> bool:
+        """Commit each source partition's offsets in its transaction, which then commits, and
+        the next begins (Faust's commit), the transactions concurrently; True only if every
+        transaction committed (see the module).
+
+        Faust commits them one after the other, each waiting for its records' delivery and
+        three round trips to the transaction coordinator; the fetch loop hands nothing out
+        meanwhile (`streamapp.runtime.commits`). Each transaction commits on its own producer
+        under its own lock, as Faust's does: one partition's commit never waits for another's.
+        A fenced producer crashes the app, as Faust's commit does, once every commit has ended;
+        any other error is raised then.
+        """
+        app = self.app
+        group_id = app.conf.id
+        by_transaction: dict[str, dict[TP, int]] = {}
+        for tp, offset in offsets.items():
+            group = app.assignor.group_for_topic(tp.topic)
+            by_transaction.setdefault(f"{group_id}-{group}-{tp.partition}", {})[tp] = offset
+        if not by_transaction:
+            return True
+        producer: Any = self.producer
+        missing = sorted(
+            tid for tid in by_transaction if tid not in producer._transaction_producers
+        )
+
+        async def commit_one(tid: str, tid_offsets: dict[TP, int]) -> None:
+            async with producer._trn_locks[tid]:
+                transaction_producer = producer._transaction_producers.get(tid)
+                if transaction_producer is None:
+                    return  # fenced earlier: reported below
+                await transaction_producer.send_offsets_to_transaction(tid_offsets, group_id)
+                await transaction_producer.commit_transaction()
+                if start_new_transaction:
+                    await transaction_producer.begin_transaction()
+
+        results = await asyncio.gather(
+            *(commit_one(tid, tid_offsets) for tid, tid_offsets in by_transaction.items()),
+            return_exceptions=True,
+        )
+        errors = [r for r in results if isinstance(r, BaseException)]
+        fenced = next((e for e in errors if isinstance(e, ProducerFenced)), None)
+        if fenced is not None:
+            logger.warning("streamapp: a transaction was fenced by another worker: %r", fenced)
+            await app.crash(fenced)
+            return False
+        if errors:
+            raise errors[0]
+        if missing:
+            logger.warning(
+                "streamapp: transactions %s have no producer (fenced by another worker): their "
+                "offsets and table writes are not committed",
+                ", ".join(missing),
+            )
+            return False
+        return True
 
     async def send(
         self,
@@ -134,37 +196,6 @@ class TransactionManager(FaustTransactionManager):
         return await self.producer.send(
             topic, key, value, partition, timestamp, headers, transactional_id=tid
         )
-
-    async def commit(self, offsets: Mapping[TP, int], start_new_transaction: bool = True) -> bool:
-        """Commit each source partition's offset in its transaction (Faust's commit); True
-        only if every transaction committed (see the module)."""
-        app = self.app
-        by_transaction: dict[str, dict[TP, int]] = {}
-        for tp, offset in offsets.items():
-            group = app.assignor.group_for_topic(tp.topic)
-            by_transaction.setdefault(f"{app.conf.id}-{group}-{tp.partition}", {})[tp] = offset
-        if not by_transaction:
-            return True
-        producer: Any = self.producer
-        missing = sorted(
-            tid for tid in by_transaction if tid not in producer._transaction_producers
-        )
-        try:
-            await producer.commit_transactions(
-                by_transaction, app.conf.id, start_new_transaction=start_new_transaction
-            )
-        except ProducerFenced as exc:
-            logger.warning("streamapp: a transaction was fenced by another worker: %r", exc)
-            await app.crash(exc)
-            return False
-        if missing:
-            logger.warning(
-                "streamapp: transactions %s have no producer (fenced by another worker): their "
-                "offsets and table writes are not committed",
-                ", ".join(missing),
-            )
-            return False
-        return True
 
 
 def note_source(fut: FutureMessage) -> None:

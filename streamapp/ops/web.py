@@ -13,7 +13,6 @@ from faust.web import Request, Response, View
 
 from standby.runtime import ReplicaRuntime, by_topic
 from streamapp.bad_records import bad_records_of
-from streamapp.faust_compat.access import assignor_url
 from streamapp.ops import group_fetch, group_page
 from streamapp.runtime.consumer import Consumer
 
@@ -27,7 +26,8 @@ def assignment_view(app: Any) -> dict[str, Any]:
     bad_records = bad_records_of(app)
     return {
         "client_id": settings.client_id,
-        "url": assignor_url(app.assignor),
+        # The URL streamapp's assignor announces to the group (`AssignorInterface.url`).
+        "url": str(app.conf.canonical_url),
         "member_id": member_id,
         "generation": generation,
         "host": settings.host,

@@ -91,6 +91,9 @@ class Consumer(Service, ConsumerT):
 
         self.fetch_loop = FetchLoop(self)
         self.rebalance = Rebalance(self)
+        # Found by the app's flow control and clean stop without creating a consumer, which
+        # Faust's ``app.consumer`` would (`streamapp.App.streamapp_consumer`).
+        self.app.streamapp_consumer = self  # type: ignore[attr-defined]
 
     # -- the services this one starts --------------------------------------------------------
 

@@ -15,7 +15,9 @@ Each round of the loop, in this order and nowhere else:
 4. applies changelog records to their tables and hands stream records to the conductor, in
    the order of the app's ``ConsumerScheduler`` (by timestamp across partitions,
    `streamapp.scheduling`); the conductor decodes each and puts it in its streams' queues
-   (awaiting room in a full queue: back-pressure);
+   (awaiting room in a full queue: back-pressure); a topic one stream reads has its records
+   decoded and put in that stream's queue directly, as the conductor would
+   (`direct_delivery`);
 5. commits when it is time (`commits.Committer`).
 
 aiokafka keeps fetched records it was not asked for in its buffer, and drops a paused or sought
@@ -38,10 +40,12 @@ from typing import TYPE_CHECKING, Any
 
 from aiokafka import ConsumerRecord, TopicPartition
 from aiokafka.errors import ConsumerStoppedError, IllegalStateError
+from faust.transport.conductor import Conductor
 from faust.types import TP
 
 from streamapp.runtime import clients, positions
 from streamapp.runtime.commits import Committer
+from streamapp.runtime.direct_delivery import DirectDelivery
 from streamapp.runtime.group.consumer import WorkerConsumer
 from streamapp.runtime.messages import consumer_message
 from streamapp.runtime.offsets_reader import OffsetsReader
@@ -92,6 +96,9 @@ class FetchLoop:
         #: Records handed to the streams / changelog records applied, since the start.
         self.handed_out = 0
         self.applied = 0
+        #: Topic -> its direct delivery (`direct_delivery`), for the conductor's channels then.
+        self._delivery_by_topic: dict[str, DirectDelivery | None] = {}
+        self._delivery_channels: frozenset[Any] = frozenset()
 
     # -- life --------------------------------------------------------------------------------
 
@@ -286,6 +293,7 @@ class FetchLoop:
         first record goes out is sought back to that record instead."""
         consumer = self.consumer
         callback = consumer.callback
+        deliveries = self._deliveries(taken)
         ledger = consumer.ledger
         handed_out = ledger.handed_out
         admit = ledger.admit
@@ -313,7 +321,27 @@ class FetchLoop:
                 message.tracked = True
                 consumer.track_message(message)
             self.handed_out += 1
-            await callback(message)
+            delivery = deliveries.get(tp.topic)
+            if delivery is None or not await delivery.deliver(message):
+                await callback(message)
+
+    def _deliveries(
+        self, taken: Mapping[TP, list[ConsumerRecord[Any, Any]]]
+    ) -> dict[str, DirectDelivery | None]:
+        """Each topic's direct delivery to the one stream that reads it (None: the conductor's),
+        kept while the conductor's channels stay the same."""
+        conductor = self.app.topics
+        if not isinstance(conductor, Conductor):
+            return {}  # not Faust's: its own hand-out
+        channels = frozenset(conductor)
+        if channels != self._delivery_channels:
+            self._delivery_channels = channels
+            self._delivery_by_topic = {}
+        found = self._delivery_by_topic
+        for tp in taken:
+            if tp.topic not in found:
+                found[tp.topic] = DirectDelivery.for_topic(self.app, tp.topic)
+        return found
 
     def _seek_back(self, tp: TP, offset: int) -> None:
         client = self.client

@@ -40,6 +40,7 @@ from mode import Service
 from mode.utils.collections import FastUserDict
 
 from streamapp.runtime import store_opening
+from streamapp.runtime.changelog_apply import RawChangelog
 from streamapp.runtime.messages import consumer_message
 from streamapp.runtime.partitions_text import partitions_text
 from streamapp.runtime.replay import Recovery, Restore
@@ -276,7 +277,8 @@ class TableManager(Service, TableManagerT, FastUserDict[str, CollectionT]):
         return self.recovery.partitions_to_read(monotonic())
 
     async def apply_records(self, tp: TP, records: Sequence[ConsumerRecord[Any, Any]]) -> None:
-        """Apply changelog records the fetch loop took to their table's store."""
+        """Apply changelog records the fetch loop took to their table's store: as their bytes
+        where the table allows it (`changelog_apply.RawChangelog`), else through Faust."""
         table = self.by_changelog.get(tp.topic)
         if table is None:
             return
@@ -289,17 +291,20 @@ class TableManager(Service, TableManagerT, FastUserDict[str, CollectionT]):
                 f"changelog {tp.topic} went back to offset {records[0].offset} past the "
                 f"local store's {applied + 1} (deleted and created again)",
             )
-        decode = table.changelog_topic.decode
-        events = []
-        for record in records:
-            message = consumer_message(tp, record)
-            event = await decode(message, propagate=True)
-            if event is not None:
-                events.append(event)
-        if events:
-            table.apply_changelog_batch(events)
-            for event in events:
-                await table.on_changelog_event(event)
+        raw = RawChangelog.of(table)
+        if raw is None or not raw.apply(tp, records):
+            # Faust's path: each record decoded into an event, and the events applied.
+            decode = table.changelog_topic.decode
+            events = []
+            for record in records:
+                message = consumer_message(tp, record)
+                event = await decode(message, propagate=True)
+                if event is not None:
+                    events.append(event)
+            if events:
+                table.apply_changelog_batch(events)
+                for event in events:
+                    await table.on_changelog_event(event)
         self.recovery.applied(tp, records[-1].offset)
         self.recovery.records_applied += len(records)
 

@@ -4,8 +4,10 @@ Under exactly_once streamapp's stores are transactional: a table write reaches R
 the transaction that carried its changelog record has committed. The test starts one worker,
 then a second that takes over one partition through a warmup and replicates the other as a
 standby; holds the second's agent in the middle of a record (its write made and its changelog
-record sent, its transaction open: `apps.recovery_end`), kills it with SIGKILL there, writes
-more while it is down, and restarts it. Checked:
+record sent, its transaction open: `apps.recovery_end`, whose holding worker reads a stream
+acked by hand, iterated by Faust record by record, so that the held record's changelog record
+is sent before it is processed), kills it with SIGKILL there, writes more while it is down, and
+restarts it; the first worker's agent takes its records in runs. Checked:
 
 - nothing is discarded: both stores are the same RocksDB (IDENTITY) before and after;
 - the active's store as the kill left it holds exactly the committed changelog up to its
@@ -186,9 +188,12 @@ class Group:
         self.expected: Counter[str] = Counter()
         self.hold_file = root / "hold"
 
-    def start(self, name: str) -> WorkerProcess:
+    def start(self, name: str, *, holding: bool = False) -> WorkerProcess:
+        """Start (or restart) worker ``name``; a ``holding`` one holds a ``hold`` record while
+        the hold file exists, its agent reading a stream acked by hand (`apps.recovery_end`)."""
+        env = {HOLD_FILE_ENV: str(self.hold_file)} if holding else {}
         worker = self.workers.get(name) or WorkerProcess(
-            APP, self.bootstrap, self.root / name, env={HOLD_FILE_ENV: str(self.hold_file)}
+            APP, self.bootstrap, self.root / name, env=env
         )
         self.workers[name] = worker
         return worker.start()
@@ -303,15 +308,16 @@ def test_a_worker_killed_mid_transaction_keeps_every_store_and_replays_only_the_
         group.wait_settled("w1 alone, every partition active")
         # w2 joins with nothing: a warmup catches up and takes one partition over, a standby
         # replicates the other, which is never active on w2.
-        group.start("w2")
+        group.start("w2", holding=True)
         group.wait_settled("w2 taking one partition over")
         # At least 1000 changelog records on each partition, so that the standby's persisted
         # offset, read from its store after the kill, shows it replicated them (each batch a
-        # standby applies is stored with its offset). The keys do not split evenly (8 and 4 of
-        # the 12 go to partitions 0 and 1), and which partition w2 replicates is the plan's
-        # choice: each partition must get 1000 on its own.
-        assert min(_records_per_partition(REPLICATED, keys=12).values()) >= 1000
-        group.produce(REPLICATED, keys=12)
+        # standby applies is stored with its offset). A run of an agent's records sends one
+        # changelog record per key written (its last value), so each event gets a key of its
+        # own: one changelog record each. Which partition w2 replicates is the plan's choice:
+        # each partition must get 1000 on its own.
+        assert min(_records_per_partition(REPLICATED, keys=REPLICATED).values()) >= 1000
+        group.produce(REPLICATED, keys=REPLICATED)
         group.wait_settled("the events processed and replicated", timeout=300)
         view = group.view("w2")
         [active] = view["active"][CHANGELOG]
@@ -364,7 +370,7 @@ def test_a_worker_killed_mid_transaction_keeps_every_store_and_replays_only_the_
         assert ends[standby] > offsets[standby_store] + 1
 
         log_from = victim.log_path.stat().st_size
-        group.start("w2")
+        group.start("w2", holding=True)
         group.wait_settled("w2 back")
         log = _log_since(victim, log_from)
         assert DISCARDING not in log, log

@@ -230,15 +230,19 @@ def _start_and_fill(
     data_dir: Path,
     events: list[tuple[str, bytes]],
     then: list[tuple[str, bytes]] | None = None,
+    phase_size: int | None = None,
 ) -> dict[str, int]:
     """A worker on a fresh app processes ``events``, then ``then`` once those are in its table
     (its changelog writes for them come later, in transactions of their own), and stops
-    cleanly; the table it built."""
+    cleanly; the table it built. With ``phase_size``, ``events`` go in phases of that many,
+    each produced once the one before is in the table."""
     asyncio.run(create_topic(bootstrap, source_topic(app_id), PARTITIONS))
+    size = phase_size or max(len(events), 1)
+    phases = [events[i : i + size] for i in range(0, len(events), size)]
     with Run(bootstrap, data_dir) as run:
         run.wait_resumed()
         produced: list[tuple[str, bytes]] = []
-        for phase in (events, then or []):
+        for phase in (*phases, then or []):
             if not phase:
                 continue
             produced += phase
@@ -460,7 +464,11 @@ def test_a_compacted_changelog_with_tombstones_and_gaps(
     # holding the first ones roll and are compacted whatever the transactions' sizes (with
     # every write in the active segment, half of each changelog stayed there, uncleaned).
     later = [(f"k{2 + i % 2}", b"x") for i in range(10)]
-    expected = _start_and_fill(kafka_bootstrap, app_id, tmp_path / "w1", events, then=later)
+    # In phases of 6, one write of each key: the agent's stream sends a key's last write of a
+    # run, and the changelog must hold superseded records (one per write) for the cleaner.
+    expected = _start_and_fill(
+        kafka_bootstrap, app_id, tmp_path / "w1", events, then=later, phase_size=6
+    )
     assert "k0" not in expected and "k1" not in expected
 
     def holes() -> dict[int, int]:

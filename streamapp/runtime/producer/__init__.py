@@ -29,7 +29,7 @@ AIOKAFKA_RELEASES: library_check.Ranges = {"aiokafka": ((0, 14), (0, 15))}
 PRIVATE_NAMES: dict[str, tuple[str, ...]] = {
     "aiokafka.producer.producer:AIOKafkaProducer": (
         "_sender",  # refresh_spacing: its sender's refreshes, spaced
-        "_message_accumulator",  # batch_append: a batch's records, no futures
+        "_message_accumulator",  # batch_append: a batch's records, no futures; client: flush
         "_txn_manager",  # batch_append: what send checks, checked as send does
         "_key_serializer",
         "_value_serializer",

@@ -4,7 +4,9 @@
   (`streamapp.runtime.producer.partition_wait`);
 - its sender's metadata refreshes are spaced by its retry backoff
   (`streamapp.runtime.producer.refresh_spacing`);
-- aiokafka's log of it says a broker outage in two lines (`streamapp.runtime.client_log`).
+- aiokafka's log of it says a broker outage in two lines (`streamapp.runtime.client_log`);
+- a flush sends the open batches at once, as Kafka's Java producer's does, rather than waiting
+  out their linger (aiokafka's waits for them to be sent as they would be).
 
 Everything else is aiokafka's. Only streamapp's producers are built from this class: aiokafka's
 ``AIOKafkaProducer``, and every other producer in the process, behave as aiokafka documents.
@@ -41,6 +43,17 @@ class WorkerProducer(aiokafka.AIOKafkaProducer):  # type: ignore[misc]
         with self.client_log.scope():
             await super().stop()
         self.client_log.close()
+
+    async def flush(self) -> None:
+        """Every record sent so far delivered: the open batches are closed and sent now, not
+        after their linger (``producer_linger``, 50 ms under exactly_once), then waited for.
+
+        A commit flushes first (at-least-once: before the offsets; exactly_once: into the
+        transactions, with nothing handed out meanwhile), so a flush that waited out the
+        linger held every commit that long. aiokafka closes the batches the same way as a
+        transaction commits (``flush_for_commit``); a record sent after this goes in a new
+        batch."""
+        await self._message_accumulator.flush_for_commit()
 
     async def send(
         self,

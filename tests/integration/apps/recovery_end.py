@@ -4,7 +4,10 @@ is ``delete`` deletes its key instead (a tombstone in the changelog).
 An event whose value is ``hold`` is counted, then its agent waits while the file the
 ``IT_RECOVERY_END_HOLD_FILE`` variable names exists (logging ``HOLDING <key>`` once): its
 write, and its changelog record, stay in a transaction that cannot commit until then, so a test
-can kill the worker mid-transaction.
+can kill the worker mid-transaction. The changelog record must be sent while the agent holds:
+with that variable set the agent reads a stream it acks by hand, which Faust iterates, sending
+each write's changelog record as it is made (an agent's own stream sends a run's changelog
+records once the run's last record of the partition is processed, after the hold).
 
 Each test runs its own app id (topics, group) on the session's broker, under the processing
 guarantee it asks for, with the standby replicas it asks for (none unless it says), all from the
@@ -67,7 +70,10 @@ async def _hold(key: str) -> None:
 
 @app.agent(events)
 async def count_events(stream: Any) -> None:
-    async for key, value in stream.items():
+    acked_by_hand = bool(os.environ.get(HOLD_FILE_ENV))
+    source = stream.noack() if acked_by_hand else stream
+    async for event in source.events():
+        key, value = event.key, event.value
         if value == b"delete":
             if key in counts:
                 del counts[key]
@@ -75,6 +81,8 @@ async def count_events(stream: Any) -> None:
             counts[key] += 1
             if value == b"hold":
                 await _hold(key)
+        if acked_by_hand:
+            event.ack()
 
 
 @app.page("/counts/")

@@ -150,3 +150,82 @@ async def test_send_for_source_without_transactions_uses_the_app_s_producer() ->
     app = _app(in_transaction=False)
     await sends.send_for_source(app, EVENTS_2, "out", b"k", b"v", headers=[("h", b"1")])
     assert app.producer.sent == [("out", None, None)]
+
+
+class _Barrier:
+    """Opens once ``parties`` have arrived: a step that waits at it ends only if the others run
+    beside it."""
+
+    def __init__(self, parties: int) -> None:
+        import asyncio
+
+        self.parties, self.arrived, self.open = parties, 0, asyncio.Event()
+
+    async def wait(self) -> None:
+        self.arrived += 1
+        if self.arrived >= self.parties:
+            self.open.set()
+        await self.open.wait()
+
+
+class _TransactionProducer:
+    """An aiokafka transactional producer's commit steps; sending the offsets waits at the
+    barrier, which only opens if every transaction of the commit is there at once."""
+
+    def __init__(self, name: str, log: list[str], barrier: _Barrier, fenced: bool = False) -> None:
+        self.name, self.log, self.barrier, self.fenced = name, log, barrier, fenced
+
+    async def send_offsets_to_transaction(self, offsets: Any, group_id: str) -> None:
+        self.log.append(f"{self.name} offsets {sorted(offsets.values())} {group_id}")
+        await self.barrier.wait()
+        if self.fenced:
+            from aiokafka.errors import ProducerFenced
+
+            raise ProducerFenced()
+
+    async def commit_transaction(self) -> None:
+        self.log.append(f"{self.name} commit")
+
+    async def begin_transaction(self) -> None:
+        self.log.append(f"{self.name} begin")
+
+
+async def test_a_commit_commits_the_partitions_transactions_side_by_side() -> None:
+    import asyncio
+    from collections import defaultdict
+
+    from faust.transport.drivers.aiokafka import Producer as FaustProducer
+
+    app = _app()
+    log: list[str] = []
+    barrier = _Barrier(2)  # one after the other, the first would wait there for good
+    faust_producer: Any = FaustProducer.__new__(FaustProducer)
+    faust_producer._trn_locks = defaultdict(asyncio.Lock)
+    faust_producer._transaction_producers = {
+        "app-0-1": _TransactionProducer("p1", log, barrier),
+        "app-0-2": _TransactionProducer("p2", log, barrier),
+    }
+    manager = app.consumer.transactions
+    manager.producer = faust_producer
+    offsets = {TP("events", 1): 10, EVENTS_2: 20}
+    assert await asyncio.wait_for(manager.commit(offsets), 5.0)
+    committed = ["p1 offsets [10] app", "p1 commit", "p1 begin"]
+    assert sorted(log) == sorted([*committed, "p2 offsets [20] app", "p2 commit", "p2 begin"])
+    # A fenced producer crashes the app, as Faust's commit does, after the others committed.
+    crashed: list[BaseException] = []
+
+    async def crash(reason: BaseException) -> None:
+        crashed.append(reason)
+
+    app.crash = crash
+    log.clear()
+    faust_producer._transaction_producers["app-0-2"].fenced = True
+    assert not await asyncio.wait_for(manager.commit(offsets, start_new_transaction=False), 5.0)
+    assert "p1 commit" in log and "p2 commit" not in log
+    assert [type(reason).__name__ for reason in crashed] == ["ProducerFenced"]
+    # A transaction without a producer (fenced earlier) is not committed: the commit says so,
+    # after the others committed.
+    log.clear()
+    del faust_producer._transaction_producers["app-0-2"]
+    assert not await asyncio.wait_for(manager.commit(offsets), 5.0)
+    assert log == ["p1 offsets [10] app", "p1 commit", "p1 begin"]

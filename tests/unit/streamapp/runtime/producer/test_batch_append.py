@@ -1,4 +1,5 @@
-"""batch_append on streamapp's own producer: its records go into the open batch, past its send.
+"""batch_append on streamapp's own producer: its records go into the open batch, past its send;
+and its flush sends the open batches at once.
 
 The rest of batch_append (full batches, transactions, deliveries) is tested in
 tests/unit/streamapp/faust_compat/test_batch_changelog.py, on aiokafka's producer.
@@ -6,6 +7,7 @@ tests/unit/streamapp/faust_compat/test_batch_changelog.py, on aiokafka's produce
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
@@ -55,4 +57,23 @@ async def test_a_producer_with_a_send_of_its_own_still_gets_every_record() -> No
         batch, earlier = await _appended(producer)
         assert len(earlier) == 2 and batch.future not in earlier  # one future per record
     finally:
+        await producer.stop()
+
+
+async def test_a_worker_producer_s_flush_sends_the_open_batches_without_their_linger() -> None:
+    for cls, sent_at_once in ((WorkerProducer, True), (AIOKafkaProducer, False)):
+        producer = cls(bootstrap_servers="127.0.0.1:9", linger_ms=60_000)
+        producer.client.cluster.update_metadata(_metadata_with("outputs", 2))
+        accumulator = producer._message_accumulator
+        tp = TopicPartition("outputs", 1)
+        await accumulator.add_message(tp, b"k", b"v", timeout=1.0)
+        flushing = asyncio.ensure_future(producer.flush())
+        await asyncio.sleep(0)
+        # What aiokafka's sender would send now: the batch, a minute before its linger ends.
+        nodes, _ = accumulator.drain_by_nodes(ignore_nodes=set())
+        batches = [batch for node in nodes.values() for batch in node.values()]
+        assert bool(batches) is sent_at_once, cls.__name__
+        for batch in batches or [b for q in accumulator._batches.values() for b in q]:
+            batch.done_noack()
+        await flushing
         await producer.stop()
