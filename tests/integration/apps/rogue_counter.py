@@ -18,8 +18,9 @@ LEADER_TOPIC = f"{APP_ID}-__assignor-__leader"
 app = counting_app(
     APP_ID,
     PARTITIONS,
-    # Far below a partition's changelog once the tests have produced (100 records and more), so
-    # that a member without local state is not caught up, and gets a warmup, not the task.
+    # Far below a partition's changelog once the tests have produced (about 100 keys a partition,
+    # a changelog record each at least), so that a member without local state is not caught
+    # up, and gets a warmup, not the task.
     acceptable_recovery_lag=20,
     probing_rebalance_interval_s=5.0,
     **QUICK_REBALANCES,

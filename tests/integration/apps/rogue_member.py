@@ -26,6 +26,7 @@ import json
 import os
 import signal
 import sys
+import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -45,7 +46,8 @@ HUGE_OFFSET = 10**9
 
 
 def say(event: str, **fields: Any) -> None:
-    print(json.dumps({"event": event, **fields}), flush=True)
+    # ``at``: the wall clock, which the tests compare with the workers' log lines.
+    print(json.dumps({"event": event, "at": time.time(), **fields}), flush=True)
 
 
 class RogueAssignor(AbstractPartitionAssignor):
