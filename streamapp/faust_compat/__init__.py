@@ -62,9 +62,6 @@ PRIVATE_NAMES: dict[str, tuple[str, ...]] = {
     "faust.topics:Topic": (
         "_on_published",  # direct_send: Faust's delivery callback of a send
     ),
-    "faust.transport.consumer:TransactionManager": (
-        "_tps_to_transactional_ids",  # sends: the transaction of a source partition
-    ),
     "faust.transport.drivers.aiokafka:Producer": (
         "_producer",  # batch_changelog: a batch's changelog records, on aiokafka's producer
         "_transaction_producers",  # and sends: the transactions committed concurrently

@@ -29,12 +29,13 @@ without the current event: `streamapp.bad_records.Topic` notes the source of eac
 A commit commits the source partitions' transactions concurrently rather than one after the
 other (`TransactionManager.commit`).
 
-Touches ``TransactionManager._tps_to_transactional_ids`` (the transactional ids Faust begins,
-commits and ends per source partition) and, for the commit, Faust's aiokafka ``Producer``'s
-``_transaction_producers`` and ``_trn_locks`` (each transaction's producer and lock, as
-Faust's ``commit_transactions`` uses them). Delete when Faust's TransactionManager sends a record
-made while processing another in the transaction of the latter, and its commit commits the
-transactions concurrently and says when one did not commit.
+A source partition's transaction is named by Faust's rule (`transactional_id`: its
+``transactional_id_format``, with the partition's topic group). For the commit this touches
+Faust's aiokafka ``Producer``'s ``_transaction_producers`` and ``_trn_locks`` (each
+transaction's producer and lock, as Faust's ``commit_transactions`` uses them). Delete when
+Faust's TransactionManager sends a record made while processing another in the transaction of
+the latter, and its commit commits the transactions concurrently and says when one did not
+commit.
 Tests: tests/unit/streamapp/faust_compat/test_sends.py; tests/integration/test_eos_sends.py.
 """
 
@@ -50,6 +51,7 @@ from weakref import WeakKeyDictionary
 
 from aiokafka.errors import ProducerFenced
 from faust import current_event
+from faust.transport.consumer import TopicPartitionGroup
 from faust.transport.consumer import TransactionManager as FaustTransactionManager
 from faust.types import TP, AppT, FutureMessage, RecordMetadata
 from faust.types.core import HeadersArg
@@ -78,15 +80,23 @@ def current_source() -> TP | None:
     return TP(topic, partition)
 
 
+def transactional_id(app: AppT, tp: TP) -> str:
+    """The id of the transaction Faust's transaction manager begins and commits for the active
+    partition ``tp`` (``{app id}-{topic group}-{partition}``); KeyError for a topic no agent
+    consumes (the assignor knows no group of it)."""
+    group = TopicPartitionGroup(tp.topic, tp.partition, app.assignor.group_for_topic(tp.topic))
+    return FaustTransactionManager.transactional_id_format.format(tpg=group, group_id=app.conf.id)
+
+
 def source_transactional_id(app: AppT, source: TP) -> str | None:
     """The id of the transaction Faust commits ``source``'s offsets in, or None if it commits
     none for it (a topic no agent consumes as a stream, or a standby)."""
-    transactions: Any = app.consumer.transactions
     try:
-        ids = transactions._tps_to_transactional_ids({source})
+        if app.assignor.is_standby(source):
+            return None
+        return transactional_id(app, source)
     except KeyError:  # the assignor's group_for_topic: not a source topic
         return None
-    return str(next(iter(ids))) if len(ids) == 1 else None
 
 
 async def send_for_source(
@@ -136,8 +146,7 @@ class TransactionManager(FaustTransactionManager):
         group_id = app.conf.id
         by_transaction: dict[str, dict[TP, int]] = {}
         for tp, offset in offsets.items():
-            group = app.assignor.group_for_topic(tp.topic)
-            by_transaction.setdefault(f"{group_id}-{group}-{tp.partition}", {})[tp] = offset
+            by_transaction.setdefault(transactional_id(app, tp), {})[tp] = offset
         if not by_transaction:
             return True
         producer: Any = self.producer

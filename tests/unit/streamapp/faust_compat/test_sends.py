@@ -1,6 +1,6 @@
 """sends: under exactly_once, a send made for a record goes in that record's transaction.
 
-The transaction manager is streamapp's (Faust's, with its own ``_tps_to_transactional_ids``);
+The transaction manager is streamapp's (Faust's, naming each partition's transaction by its rule);
 around it stand-ins hold what it reads: an app under exactly_once whose assignor knows the
 source topic ``events`` (group 0), a consumer that knows no partitions of the output topic (as
 Faust's does not, for a topic it does not consume), and a producer that records each send.
@@ -136,6 +136,37 @@ async def test_a_buffered_send_is_published_in_the_transaction_of_the_record_it_
     # the second, Faust's: its consumer knows no partition of "out" (and drops the one given)
     assert app.producer.sent == [("out", 3, "app-0-2"), ("out", None, None)]
     assert sends.current_source() is None
+
+
+def test_a_partition_s_transactional_id_is_the_one_faust_s_manager_begins() -> None:
+    """One rule names a source partition's transaction for sends and commits: the one Faust's
+    transaction manager begins for it as the partition is assigned (its private method, called
+    here to compare)."""
+    from faust.transport.consumer import TransactionManager as FaustTransactionManager
+
+    app = _app()
+    app.assignor.groups = {"events": 0, "clicks": 1, "impressions": 1}
+    fausts = FaustTransactionManager(
+        SimpleNamespace(app=app),  # type: ignore[arg-type]
+        consumer=app.consumer,
+        producer=app.producer,  # type: ignore[arg-type]
+    )
+    tps = [TP(topic, p) for topic in ("events", "clicks", "impressions") for p in (0, 3, 11)]
+    for tp in tps:
+        assert {sends.transactional_id(app, tp)} == fausts._tps_to_transactional_ids({tp})
+        assert sends.source_transactional_id(app, tp) == sends.transactional_id(app, tp)
+    assert {sends.transactional_id(app, tp) for tp in tps} == fausts._tps_to_transactional_ids(
+        set(tps)
+    )
+    assert sends.transactional_id(app, TP("clicks", 3)) == "app-1-3"
+    # A standby partition has no transaction (Faust begins none for it), nor has a topic that
+    # is no source.
+    app.assignor.is_standby = lambda tp: tp == TP("clicks", 3)
+    assert fausts._tps_to_transactional_ids({TP("clicks", 3)}) == set()
+    assert sends.source_transactional_id(app, TP("clicks", 3)) is None
+    assert sends.source_transactional_id(app, TP("not-a-source", 0)) is None
+    with pytest.raises(KeyError):
+        sends.transactional_id(app, TP("not-a-source", 0))
 
 
 async def test_send_for_source_joins_the_source_s_transaction_or_refuses() -> None:
