@@ -30,12 +30,11 @@ A commit commits the source partitions' transactions concurrently rather than on
 other (`TransactionManager.commit`).
 
 A source partition's transaction is named by Faust's rule (`transactional_id`: its
-``transactional_id_format``, with the partition's topic group). For the commit this touches
-Faust's aiokafka ``Producer``'s ``_transaction_producers`` and ``_trn_locks`` (each
-transaction's producer and lock, as Faust's ``commit_transactions`` uses them). Delete when
-Faust's TransactionManager sends a record made while processing another in the transaction of
-the latter, and its commit commits the transactions concurrently and says when one did not
-commit.
+``transactional_id_format``, with the partition's topic group), and each transaction's producer
+and lock are the app producer's (`streamapp.runtime.producer.app_producer.AppProducer`).
+Delete when Faust's TransactionManager sends a record made while processing another in the
+transaction of the latter, and its commit commits the transactions concurrently and says when
+one did not commit.
 Tests: tests/unit/streamapp/faust_compat/test_sends.py; tests/integration/test_eos_sends.py.
 """
 
@@ -55,6 +54,8 @@ from faust.transport.consumer import TopicPartitionGroup
 from faust.transport.consumer import TransactionManager as FaustTransactionManager
 from faust.types import TP, AppT, FutureMessage, RecordMetadata
 from faust.types.core import HeadersArg
+
+from streamapp.runtime.producer.app_producer import AppProducer
 
 logger = logging.getLogger(__name__)
 
@@ -149,14 +150,14 @@ class TransactionManager(FaustTransactionManager):
             by_transaction.setdefault(transactional_id(app, tp), {})[tp] = offset
         if not by_transaction:
             return True
-        producer: Any = self.producer
-        missing = sorted(
-            tid for tid in by_transaction if tid not in producer._transaction_producers
-        )
+        producer = self.producer
+        if not isinstance(producer, AppProducer):
+            raise TypeError(f"streamapp's transaction manager needs its own producer: {producer!r}")
+        missing = sorted(tid for tid in by_transaction if producer.transaction_client(tid) is None)
 
         async def commit_one(tid: str, tid_offsets: dict[TP, int]) -> None:
-            async with producer._trn_locks[tid]:
-                transaction_producer = producer._transaction_producers.get(tid)
+            async with producer.transaction_lock(tid):
+                transaction_producer = producer.transaction_client(tid)
                 if transaction_producer is None:
                     return  # fenced earlier: reported below
                 await transaction_producer.send_offsets_to_transaction(tid_offsets, group_id)

@@ -10,6 +10,7 @@ Faust's current event is replaced by a stand-in event of a given partition.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -221,23 +222,24 @@ class _TransactionProducer:
         self.log.append(f"{self.name} begin")
 
 
-async def test_a_commit_commits_the_partitions_transactions_side_by_side() -> None:
+async def test_a_commit_commits_the_partitions_transactions_side_by_side(tmp_path: Path) -> None:
     import asyncio
-    from collections import defaultdict
 
-    from faust.transport.drivers.aiokafka import Producer as FaustProducer
+    from streamapp import App
 
     app = _app()
     log: list[str] = []
     barrier = _Barrier(2)  # one after the other, the first would wait there for good
-    faust_producer: Any = FaustProducer.__new__(FaustProducer)
-    faust_producer._trn_locks = defaultdict(asyncio.Lock)
-    faust_producer._transaction_producers = {
-        "app-0-1": _TransactionProducer("p1", log, barrier),
-        "app-0-2": _TransactionProducer("p2", log, barrier),
-    }
+    # The app producer of a real app, holding the stand-ins as its transactions' producers.
+    app_producer: Any = App("sends-commit", datadir=str(tmp_path)).producer
+    app_producer._transaction_clients.update(
+        {
+            "app-0-1": _TransactionProducer("p1", log, barrier),
+            "app-0-2": _TransactionProducer("p2", log, barrier),
+        }
+    )
     manager = app.consumer.transactions
-    manager.producer = faust_producer
+    manager.producer = app_producer
     offsets = {TP("events", 1): 10, EVENTS_2: 20}
     assert await asyncio.wait_for(manager.commit(offsets), 5.0)
     committed = ["p1 offsets [10] app", "p1 commit", "p1 begin"]
@@ -250,13 +252,13 @@ async def test_a_commit_commits_the_partitions_transactions_side_by_side() -> No
 
     app.crash = crash
     log.clear()
-    faust_producer._transaction_producers["app-0-2"].fenced = True
+    app_producer.transaction_client("app-0-2").fenced = True
     assert not await asyncio.wait_for(manager.commit(offsets, start_new_transaction=False), 5.0)
     assert "p1 commit" in log and "p2 commit" not in log
     assert [type(reason).__name__ for reason in crashed] == ["ProducerFenced"]
     # A transaction without a producer (fenced earlier) is not committed: the commit says so,
     # after the others committed.
     log.clear()
-    del faust_producer._transaction_producers["app-0-2"]
+    del app_producer._transaction_clients["app-0-2"]
     assert not await asyncio.wait_for(manager.commit(offsets), 5.0)
     assert log == ["p1 offsets [10] app", "p1 commit", "p1 begin"]
