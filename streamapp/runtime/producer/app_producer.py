@@ -21,7 +21,8 @@ raise ``ProducerSendError`` and Faust's commit warns of it; a ``KafkaError`` fro
 A threaded producer (``producer_threaded``) is Faust's, building aiokafka's own producer with
 these settings (`streamapp.faust_compat.threaded_producer`).
 Tests: tests/unit/streamapp/runtime/producer/test_app_producer.py,
-tests/unit/streamapp/runtime/test_clients.py; tests/integration/test_eos_sends.py.
+tests/unit/streamapp/runtime/test_clients.py; tests/integration/test_app_producer.py,
+tests/integration/test_eos_sends.py.
 """
 
 from __future__ import annotations
@@ -56,6 +57,12 @@ class AppProducer(Producer):
     #: Whether sends carry their headers: aiokafka writes record batches that hold them;
     #: off only when the app names a broker API version older than Kafka 0.11's.
     allow_headers: bool = True
+
+    @property
+    def shortlabel(self) -> str:
+        """Its name in the log's lines, Faust's (``[^--Producer]: ...``): log filters, and
+        streamapp's own (`streamapp.quiet_logs`), know the app's producer by it."""
+        return "Producer"
 
     def __post_init__(self) -> None:
         # Called by Faust's constructor once its settings (linger, acks, ...) are read.
@@ -374,13 +381,14 @@ class AppProducer(Producer):
                 config=topic_creation.topic_config(retention_ms, compacting, deleting, config),
                 timeout_ms=int(want_seconds(timeout) * 1000.0),
                 ensure_created=ensure_created,
+                log=self.log,
             )
             under_way = self._topic_creations[topic] = asyncio.ensure_future(creation)
             under_way.add_done_callback(lambda _: self._topic_creations.pop(topic, None))
         # Shielded: a caller that gives up leaves the creation to those still waiting for it.
         waited = await self.wait(asyncio.shield(under_way))
         if waited.stopped:  # as Faust's driver: a producer that stops creates no more topics
-            logger.info("Shutting down - skipping creation of topic %r.", topic)
+            self.log.info("Shutting down - skipping creation of topic %r.", topic)
             return
         await client.client.force_metadata_update()
 

@@ -14,19 +14,16 @@ settings, and keeps what Faust's does:
 - afterwards the producer's metadata is refreshed, so that a send to the topic finds it.
 
 Tests: tests/unit/streamapp/runtime/producer/test_app_producer.py;
-tests/integration/test_producer_metadata.py.
+tests/integration/test_app_producer.py.
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import TopicAlreadyExistsError, for_code
-
-logger = logging.getLogger(__name__)
 
 
 def topic_config(
@@ -57,13 +54,15 @@ async def create_topic(
     config: Mapping[str, Any],
     timeout_ms: int,
     ensure_created: bool,
+    log: Any,
 ) -> bool:
     """Create ``topic`` (with the admin client ``started_admin`` gives) unless ``known_topics``
     (the producer's metadata) has it; True if this call created it. Raises aiokafka's error
-    for any refusal but "it exists" (with ``ensure_created``, that one too)."""
-    logger.info("Creating topic %r", topic)
+    for any refusal but "it exists" (with ``ensure_created``, that one too). Logs to ``log``,
+    the producer's service log, as Faust's driver does (``[^--Producer]: Creating topic``)."""
+    log.info("Creating topic %r", topic)
     if topic in known_topics:
-        logger.debug("Topic %r exists, skipping creation.", topic)
+        log.debug("Topic %r exists, skipping creation.", topic)
         return False
     admin = await started_admin()
     new = NewTopic(
@@ -76,10 +75,10 @@ async def create_topic(
     (result,) = response.to_object()["topic_errors"]
     code = result["error_code"]
     if code == 0:
-        logger.info("Topic %r created.", topic)
+        log.info("Topic %r created.", topic)
         return True
     if code == TopicAlreadyExistsError.errno and not ensure_created:
-        logger.debug("Topic %r exists, skipping creation.", topic)
+        log.debug("Topic %r exists, skipping creation.", topic)
         return False
     reason = result.get("error_message") or ""
     raise for_code(code)(f"Cannot create topic: {topic} ({code}): {reason}")
