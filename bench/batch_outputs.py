@@ -63,11 +63,11 @@ async def _main(args: Any) -> None:
     producer.client.cluster.update_metadata(
         MetadataResponse_v1([(0, "127.0.0.1", 9092, None)], 0, described)
     )
-    faust_producer: Any = app.producer
-    faust_producer._producer = producer
+    app_producer: Any = app.producer
+    app_producer.client = producer  # the app producer's aiokafka producer: this offline one
 
     async def started() -> Any:
-        return faust_producer
+        return app_producer
 
     app.maybe_start_producer = started  # type: ignore[method-assign]
     delivery = OfflineDelivery(producer)

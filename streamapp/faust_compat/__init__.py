@@ -14,8 +14,8 @@ here reaches into Faust where it opens no door:
   (`batch_changelog`),
   exactly_once sends in the transaction of the record they are made for (`sends`), a topic's
   sends encoded with codecs looked up once (`send_codecs`, `resolved_codecs`, `json_once`) and
-  handed to the producer without Faust's layers in between (`direct_send`), and the worker's
-  aiokafka producer, streamapp's own (`worker_clients`);
+  handed to the producer without Faust's layers in between (`direct_send`), and Faust's
+  threaded producer with the settings of streamapp's app producer (`threaded_producer`);
 - its app's producer start (`app`).
 
 Every private name those rely on is listed in `PRIVATE_NAMES` below, and nowhere else in
@@ -62,14 +62,8 @@ PRIVATE_NAMES: dict[str, tuple[str, ...]] = {
     "faust.topics:Topic": (
         "_on_published",  # direct_send: Faust's delivery callback of a send
     ),
-    "faust.transport.consumer:TransactionManager": (
-        "_tps_to_transactional_ids",  # sends: the transaction of a source partition
-    ),
-    "faust.transport.drivers.aiokafka:Producer": (
-        "_producer",  # batch_changelog: a batch's changelog records, on aiokafka's producer
-        "_transaction_producers",  # and sends: the transactions committed concurrently
-        "_trn_locks",
-        "_producer_type",  # worker_clients: streamapp's own aiokafka producer
+    "faust.transport.drivers.aiokafka:ThreadedProducer": (
+        "_new_producer",  # threaded_producer: its aiokafka producer, with the app producer's
     ),
     "faust.tables.base:Collection": (
         "_relative_now",  # window_clock: relative_to_now() / .now() on streamapp's expiry index

@@ -37,8 +37,8 @@ them: it is processed again.
 What stays as it was:
 
 - Under exactly_once the records go to the transactional producer Faust commits the batch's
-  partition with (`streamapp.faust_compat.sends.source_transactional_id`), under Faust's lock
-  of that transaction (its commit and the next begin take it), so they are in the transaction
+  partition with (`streamapp.faust_compat.sends.source_transactional_id`), under the lock of
+  that transaction (its commit and the next begin take it), so they are in the transaction
   that commits the batch's offsets; the persisted offset is kept for that commit
   (``persist_offset_on_commit``), as Faust's callback does.
 - The batch is acked after its records were handed to the producer: a commit covering the
@@ -63,10 +63,9 @@ app's ``on_produce_message`` signal are not called for these records. A batch it
 not finish sends none of its changelog records and stores none of its writes (it is not acked
 either: it is processed again after the restart, on a store that does not hold it yet).
 
-Faust private names this relies on (checked at import, `streamapp.faust_compat.PRIVATE_NAMES`):
-``faust.transport.drivers.aiokafka.Producer._producer``, ``_transaction_producers`` and
-``_trn_locks`` (the aiokafka producers Faust sends with, and the lock of each transaction).
-Delete when Faust sends a table's changelog records in batches.
+The aiokafka producers are the app producer's (`streamapp.runtime.producer.app_producer`):
+the worker's (``client``), and each transaction's with its lock (``transaction_client``,
+``transaction_lock``). Delete when Faust sends a table's changelog records in batches.
 Tests: tests/unit/streamapp/faust_compat/test_batch_changelog.py (on aiokafka's own
 accumulator); tests/integration/test_batch_agent.py.
 """
@@ -82,12 +81,12 @@ from typing import Any
 import aiokafka
 from aiokafka.errors import KafkaError
 from faust.exceptions import ProducerSendError
-from faust.transport.drivers.aiokafka import Producer as FaustProducer
 from faust.types import TP, AppT
 
 from streamapp.faust_compat.batch_table import BatchTable
 from streamapp.faust_compat.sends import source_transactional_id
 from streamapp.runtime.producer import batch_append
+from streamapp.runtime.producer.app_producer import AppProducer
 
 logger = logging.getLogger(__name__)
 
@@ -109,12 +108,12 @@ class BatchChangelog:
     def __init__(
         self,
         app: AppT,
-        producer: FaustProducer,
+        producer: AppProducer,
         transactional_id: str | None,
         source: TP | None = None,
     ) -> None:
         self.app = app
-        self.faust_producer = producer
+        self.app_producer = producer
         self.transactional_id = transactional_id  # the batch's transaction, under exactly_once
         self.source = source  # the partition the batch's records come from
         #: Output records sent for the batch's records, in the order they were sent.
@@ -173,21 +172,21 @@ class BatchChangelog:
     ) -> None:
         if not records:
             return
-        faust_producer = self.faust_producer
+        app_producer = self.app_producer
         tid = self.transactional_id
         if tid is None:
             await self.app.maybe_start_producer()
-            producer = faust_producer._producer
+            producer = app_producer.client
             if producer is None:
                 raise ProducerSendError("the producer stopped before a batch's changelog was sent")
             last = await _send(producer, records)
         else:
-            # Faust's send in a transaction: its producer, under its lock (a commit and the
-            # next begin hold it), or the same error as Faust's when there is none.
-            producer = faust_producer._transaction_producers.get(tid)
+            # As the app producer's send in a transaction: its producer, under its lock (a
+            # commit and the next begin hold it), or the same error when there is none.
+            producer = app_producer.transaction_client(tid)
             if producer is None:
                 raise ProducerSendError(f"No transaction producer found for : {tid}")
-            async with faust_producer._trn_locks[tid]:
+            async with app_producer.transaction_lock(tid):
                 last = await _send(producer, records)
         for (owner, _), (fut, earlier) in last.items():
             if isinstance(owner, Output):
@@ -270,18 +269,18 @@ class _OutputDelivered:
 
 def begin(app: AppT, source: TP) -> BatchChangelog | None:
     """Collect the changelog records of a batch of ``source`` from here on (None: this app's
-    producer is not Faust's aiokafka one or is threaded, or no transaction commits ``source``;
-    table writes then take Faust's path)."""
-    faust_producer = app.producer
+    producer is not streamapp's or is threaded, or no transaction commits ``source``; table
+    writes then take Faust's path)."""
+    app_producer = app.producer
     changelog: BatchChangelog | None = None
     # A threaded producer (``producer_threaded``) sends from its own loop: Faust's path.
-    if isinstance(faust_producer, FaustProducer) and not app.conf.producer_threaded:
+    if isinstance(app_producer, AppProducer) and not app.conf.producer_threaded:
         if not app.in_transaction:
-            changelog = BatchChangelog(app, faust_producer, None, source)
+            changelog = BatchChangelog(app, app_producer, None, source)
         else:
             tid = source_transactional_id(app, source)
             if tid is not None:
-                changelog = BatchChangelog(app, faust_producer, tid, source)
+                changelog = BatchChangelog(app, app_producer, tid, source)
     _current.set(changelog)
     return changelog
 

@@ -29,12 +29,12 @@ without the current event: `streamapp.bad_records.Topic` notes the source of eac
 A commit commits the source partitions' transactions concurrently rather than one after the
 other (`TransactionManager.commit`).
 
-Touches ``TransactionManager._tps_to_transactional_ids`` (the transactional ids Faust begins,
-commits and ends per source partition) and, for the commit, Faust's aiokafka ``Producer``'s
-``_transaction_producers`` and ``_trn_locks`` (each transaction's producer and lock, as
-Faust's ``commit_transactions`` uses them). Delete when Faust's TransactionManager sends a record
-made while processing another in the transaction of the latter, and its commit commits the
-transactions concurrently and says when one did not commit.
+A source partition's transaction is named by Faust's rule (`transactional_id`: its
+``transactional_id_format``, with the partition's topic group), and each transaction's producer
+and lock are the app producer's (`streamapp.runtime.producer.app_producer.AppProducer`).
+Delete when Faust's TransactionManager sends a record made while processing another in the
+transaction of the latter, and its commit commits the transactions concurrently and says when
+one did not commit.
 Tests: tests/unit/streamapp/faust_compat/test_sends.py; tests/integration/test_eos_sends.py.
 """
 
@@ -50,9 +50,12 @@ from weakref import WeakKeyDictionary
 
 from aiokafka.errors import ProducerFenced
 from faust import current_event
+from faust.transport.consumer import TopicPartitionGroup
 from faust.transport.consumer import TransactionManager as FaustTransactionManager
 from faust.types import TP, AppT, FutureMessage, RecordMetadata
 from faust.types.core import HeadersArg
+
+from streamapp.runtime.producer.app_producer import AppProducer
 
 logger = logging.getLogger(__name__)
 
@@ -78,15 +81,23 @@ def current_source() -> TP | None:
     return TP(topic, partition)
 
 
+def transactional_id(app: AppT, tp: TP) -> str:
+    """The id of the transaction Faust's transaction manager begins and commits for the active
+    partition ``tp`` (``{app id}-{topic group}-{partition}``); KeyError for a topic no agent
+    consumes (the assignor knows no group of it)."""
+    group = TopicPartitionGroup(tp.topic, tp.partition, app.assignor.group_for_topic(tp.topic))
+    return FaustTransactionManager.transactional_id_format.format(tpg=group, group_id=app.conf.id)
+
+
 def source_transactional_id(app: AppT, source: TP) -> str | None:
     """The id of the transaction Faust commits ``source``'s offsets in, or None if it commits
     none for it (a topic no agent consumes as a stream, or a standby)."""
-    transactions: Any = app.consumer.transactions
     try:
-        ids = transactions._tps_to_transactional_ids({source})
+        if app.assignor.is_standby(source):
+            return None
+        return transactional_id(app, source)
     except KeyError:  # the assignor's group_for_topic: not a source topic
         return None
-    return str(next(iter(ids))) if len(ids) == 1 else None
 
 
 async def send_for_source(
@@ -136,18 +147,17 @@ class TransactionManager(FaustTransactionManager):
         group_id = app.conf.id
         by_transaction: dict[str, dict[TP, int]] = {}
         for tp, offset in offsets.items():
-            group = app.assignor.group_for_topic(tp.topic)
-            by_transaction.setdefault(f"{group_id}-{group}-{tp.partition}", {})[tp] = offset
+            by_transaction.setdefault(transactional_id(app, tp), {})[tp] = offset
         if not by_transaction:
             return True
-        producer: Any = self.producer
-        missing = sorted(
-            tid for tid in by_transaction if tid not in producer._transaction_producers
-        )
+        producer = self.producer
+        if not isinstance(producer, AppProducer):
+            raise TypeError(f"streamapp's transaction manager needs its own producer: {producer!r}")
+        missing = sorted(tid for tid in by_transaction if producer.transaction_client(tid) is None)
 
         async def commit_one(tid: str, tid_offsets: dict[TP, int]) -> None:
-            async with producer._trn_locks[tid]:
-                transaction_producer = producer._transaction_producers.get(tid)
+            async with producer.transaction_lock(tid):
+                transaction_producer = producer.transaction_client(tid)
                 if transaction_producer is None:
                     return  # fenced earlier: reported below
                 await transaction_producer.send_offsets_to_transaction(tid_offsets, group_id)

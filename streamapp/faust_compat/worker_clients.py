@@ -1,26 +1,20 @@
-"""The worker's Kafka clients in Faust's aiokafka driver: streamapp's own consumer and producer.
+"""The worker's Kafka clients' settings: its consumer's, and the client id of every client.
 
-Faust's driver builds aiokafka's ``AIOKafkaConsumer`` for its consumer thread and its
-``AIOKafkaProducer`` in ``Producer._new_producer``, from the class its ``_producer_type`` names.
-A worker's are
-streamapp's instead, `streamapp.runtime.group.consumer.WorkerConsumer` and
-`streamapp.runtime.producer.client.WorkerProducer`, built here with the arguments Faust's
-driver gives its own (`worker_consumer_options`), except:
+Faust's aiokafka driver builds aiokafka's ``AIOKafkaConsumer`` for its consumer thread. A
+worker's consumer is streamapp's instead, `streamapp.runtime.group.consumer.WorkerConsumer`,
+built here with the arguments Faust's driver gives its own (`worker_consumer_options`), except:
 
-- the consumer always runs the app's assignor (Faust hands aiokafka the app's assignor only
-  when the app has changelog tables or standby replicas, and aiokafka's round robin otherwise;
-  a streamapp group must speak one protocol whatever each app defines: a worker with round
-  robin would be refused by the group, or would ignore co-partitioning and stickiness);
-- both are named by the worker's client id (`worker_client_id`), so Kafka's tools
-  (``kafka-consumer-groups --describe --members``) and the brokers' logs name each worker,
-  where Faust names every worker ``faust-<version>``.
+- it always runs the app's assignor (Faust hands aiokafka the app's assignor only when the app
+  has changelog tables or standby replicas, and aiokafka's round robin otherwise; a streamapp
+  group must speak one protocol whatever each app defines: a worker with round robin would be
+  refused by the group, or would ignore co-partitioning and stickiness);
+- it is named by the worker's client id (`worker_client_id`), as the worker's producers are
+  (`streamapp.runtime.producer.app_producer`), so Kafka's tools (``kafka-consumer-groups
+  --describe --members``) and the brokers' logs name each worker, where Faust names every
+  worker ``faust-<version>``.
 
-aiokafka's classes are left as they are: only these two are streamapp's. Faust's threaded
-producer (``producer_threaded``) builds aiokafka's own.
-
-The consumer is built by `streamapp.runtime.clients` for the fetch loop. Faust internal:
-``Producer._producer_type`` (overridden in `Producer`), listed in
-`streamapp.faust_compat.PRIVATE_NAMES`.
+aiokafka's classes are left as they are. The consumer is built by `streamapp.runtime.clients`
+for the fetch loop. No private name of Faust's is used here.
 Tests: tests/unit/streamapp/runtime/test_clients.py,
 tests/unit/streamapp/runtime/test_stock_classes.py.
 """
@@ -34,7 +28,6 @@ from faust.exceptions import ImproperlyConfigured
 from faust.transport.drivers import aiokafka as faust_aiokafka
 
 from streamapp.runtime.group.consumer import WorkerConsumer
-from streamapp.runtime.producer.client import WorkerProducer
 
 #: Faust's default ``broker_client_id``: an app that sets another one keeps its own.
 FAUST_CLIENT_ID = f"faust-{faust.__version__}"
@@ -99,18 +92,3 @@ def worker_consumer(app: Any, transport: Any, *, read_committed: bool) -> Worker
         **worker_consumer_options(app, transport, read_committed=read_committed),
         leave_group_on_stop=settings.leave_group_on_stop if settings is not None else True,
     )
-
-
-class Producer(faust_aiokafka.Producer):
-    """Faust's aiokafka producer, whose aiokafka producers (the worker's, and each
-    transactional one under exactly_once) are `WorkerProducer` named by the worker's client id.
-    """
-
-    async def on_start(self) -> None:
-        # Read as each aiokafka producer is built (Faust's ``_settings_default``), from here on.
-        self.client_id = worker_client_id(self.app)
-        await super().on_start()
-
-    @property
-    def _producer_type(self) -> type[WorkerProducer]:
-        return WorkerProducer

@@ -6,6 +6,8 @@ conductor and fetcher from this transport:
 
 - the consumer is streamapp's (`consumer.Consumer`), whose fetch loop (`loop.FetchLoop`) owns
   the aiokafka consumer;
+- the producer is streamapp's (`producer.app_producer.AppProducer`), which owns the worker's
+  aiokafka producers (and under exactly_once one per transaction);
 - the conductor is Faust's, unchanged: it decodes each record the loop hands it and puts it in
   the queues of the streams that read its topic;
 - the fetcher is the service Faust stops as a worker stops: stopping it ends the fetch loop.
@@ -22,8 +24,8 @@ from mode import Service
 from yarl import URL
 
 from streamapp.faust_compat import sends
-from streamapp.faust_compat.worker_clients import Producer
 from streamapp.runtime.consumer import Consumer
+from streamapp.runtime.producer.app_producer import AppProducer
 
 #: The URL scheme of brokers served by this driver (the entry point's name).
 SCHEME = "streamapp"
@@ -51,7 +53,7 @@ class Transport(faust_aiokafka.Transport):
     """The transport of ``streamapp://`` brokers (see the module)."""
 
     Consumer = Consumer
-    Producer = Producer
+    Producer = AppProducer
     TransactionManager = sends.TransactionManager
     Fetcher = Fetcher
 

@@ -97,7 +97,7 @@ async def test_plain_clients_beside_a_worker_s_behave_as_aiokafka_s(
     )
     # The worker's clients, as its transport builds them; the producer runs, and a worker
     # consumer runs in a group of its own.
-    worker_producer = app.producer._new_producer()  # type: ignore[attr-defined]
+    worker_producer = app.producer.new_client()  # type: ignore[attr-defined]
     built = clients.worker_consumer(app, app.transport)
     assert isinstance(worker_producer, WorkerProducer) and isinstance(built, WorkerConsumer)
     worker_consumer = WorkerConsumer(

@@ -1,6 +1,6 @@
 """A batch's table writes go to the Kafka client's producer together as the batch ends.
 
-A real rocksdict store in a temporary directory, Faust's own producer object, and real aiokafka
+A real rocksdict store in a temporary directory, the app's own producer object, and real aiokafka
 producers that are never started: their metadata is an answer the test gives, and their
 accumulator's batches are taken as aiokafka's sender takes them (``drain_by_nodes``) and
 delivered or failed by the test (``MessageBatch.done`` / ``failure``), so what is compared is
@@ -26,13 +26,13 @@ from aiokafka.record.default_records import DefaultRecordBatch
 from aiokafka.structs import TopicPartition
 from faust.exceptions import ProducerSendError
 from faust.streams import _current_event
-from faust.transport.drivers.aiokafka import Producer as FaustProducer
 from faust.types import TP
 
 from streamapp import App
 from streamapp.faust_compat import batch_changelog
 from streamapp.joins import JoinWindow, WindowedJoin, _io
 from streamapp.runtime.producer import batch_append
+from streamapp.runtime.producer.app_producer import AppProducer
 
 SOURCE = TP("source", 2)
 CHANGELOG = "batch-test-counts-changelog"
@@ -131,11 +131,11 @@ def _app(tmp_path: Path, **options: Any) -> tuple[Any, Any, list[Any]]:
     """An app, its table, and what Faust's buffered path was given."""
     app = App("batch-test", datadir=str(tmp_path), topic_partitions=4, **options)
     app.in_worker = True  # Faust is in a transaction under exactly_once in a worker only
-    faust_producer = app.producer
-    assert isinstance(faust_producer, FaustProducer)
+    app_producer = app.producer
+    assert isinstance(app_producer, AppProducer)
     buffered: list[Any] = []
-    faust_producer.send_soon = buffered.append  # type: ignore[method-assign]
-    app.maybe_start_producer = mock.AsyncMock(return_value=faust_producer)
+    app_producer.send_soon = buffered.append  # type: ignore[method-assign]
+    app.maybe_start_producer = mock.AsyncMock(return_value=app_producer)
     table = app.Table("counts", default=int, partitions=4)
     table._verify_source_topic_partitions = lambda topic: None
     return app, table, buffered
@@ -150,7 +150,7 @@ async def test_a_batch_sends_each_keys_last_changelog_record_at_its_end(
     tmp_path: Path, in_batch: None, kafka: _Kafka
 ) -> None:
     app, counts, buffered = _app(tmp_path)
-    aio = app.producer._producer = kafka.producer()
+    aio = app.producer.client = kafka.producer()
     sender = kafka.sender(aio)
     changelog = batch_changelog.begin(app, SOURCE)
     assert changelog is not None
@@ -194,7 +194,7 @@ async def test_a_key_written_again_sends_only_its_last_write_which_rebuilds_the_
     applied in order, as a recovery or a standby applies the changelog, they leave the rows the
     batch left in the store."""
     app, counts, _ = _app(tmp_path)
-    aio = app.producer._producer = kafka.producer()
+    aio = app.producer.client = kafka.producer()
     sender = kafka.sender(aio)
     changelog = batch_changelog.begin(app, SOURCE)
     assert changelog is not None
@@ -259,7 +259,7 @@ async def test_one_future_per_table_and_partition_resolved_at_its_last_records_d
     app, counts, _ = _app(tmp_path)
     totals = app.Table("totals", default=int, partitions=4)
     totals._verify_source_topic_partitions = lambda topic: None
-    aio = app.producer._producer = kafka.producer(max_batch_size=300)
+    aio = app.producer.client = kafka.producer(max_batch_size=300)
     sender = kafka.sender(aio)
     # An output record before: each changelog partition has an open batch with one future.
     await aio.send(CHANGELOG, b"out", key=b"k", partition=2)
@@ -319,7 +319,7 @@ async def test_without_an_open_batch_the_first_record_takes_send(
     tmp_path: Path, in_batch: None, kafka: _Kafka
 ) -> None:
     app, counts, _ = _app(tmp_path)
-    aio = app.producer._producer = kafka.producer()
+    aio = app.producer.client = kafka.producer()
     sender = kafka.sender(aio)
     changelog = batch_changelog.begin(app, SOURCE)
     for i in range(5):
@@ -360,7 +360,7 @@ async def test_a_failed_delivery_writes_no_offset(
     tmp_path: Path, in_batch: None, kafka: _Kafka
 ) -> None:
     app, counts, _ = _app(tmp_path)
-    aio = app.producer._producer = kafka.producer()
+    aio = app.producer.client = kafka.producer()
     sender = kafka.sender(aio)
     changelog = batch_changelog.begin(app, SOURCE)
     counts["a"] = 1
@@ -377,7 +377,7 @@ async def test_an_accumulator_that_refuses_records_fails_the_batch_as_send_does(
     tmp_path: Path, in_batch: None, kafka: _Kafka, state: str
 ) -> None:
     app, counts, _ = _app(tmp_path)
-    aio = app.producer._producer = kafka.producer()
+    aio = app.producer.client = kafka.producer()
     await aio.send(CHANGELOG, b"out", key=b"k", partition=2)  # an open batch
     accumulator = aio._message_accumulator
     (open_batch,) = accumulator._batches[TopicPartition(CHANGELOG, 2)]
@@ -477,11 +477,10 @@ async def test_exactly_once_sends_in_the_batchs_transaction_under_its_lock(
     transactional._txn_manager.set_pid_and_epoch(1, 0)
     await transactional.begin_transaction()
     plain_sender, sender = kafka.sender(plain), kafka.sender(transactional)
-    faust_producer = app.producer
-    faust_producer._producer = plain
-    faust_producer._transaction_producers = {"tid-2": transactional}
-    lock = asyncio.Lock()
-    faust_producer._trn_locks = {"tid-2": lock}
+    app_producer = app.producer
+    app_producer.client = plain
+    app_producer._transaction_clients["tid-2"] = transactional
+    lock = app_producer.transaction_lock("tid-2")
     with mock.patch.object(batch_changelog, "source_transactional_id", return_value="tid-2") as tid:
         changelog = batch_changelog.begin(app, SOURCE)
     tid.assert_called_once_with(app, SOURCE)
@@ -510,7 +509,7 @@ async def test_writes_outside_a_batch_keep_fausts_path(
     tmp_path: Path, in_batch: None, kafka: _Kafka
 ) -> None:
     app, counts, buffered = _app(tmp_path)
-    aio = app.producer._producer = kafka.producer()
+    aio = app.producer.client = kafka.producer()
     sender = kafka.sender(aio)
     counts["a"] = 1
     assert sender.records() == [] and len(buffered) == 1
@@ -541,7 +540,7 @@ async def test_an_earlier_batch_that_failed_is_logged(
     future to fail), the error of a record that took ``send`` is read (asyncio logs none as
     never retrieved), and the offset is the last record's, as Faust's callbacks leave it."""
     app, counts, _ = _app(tmp_path)
-    aio = app.producer._producer = kafka.producer(max_batch_size=300)
+    aio = app.producer.client = kafka.producer(max_batch_size=300)
     sender = kafka.sender(aio)
     if failed == "appended":
         await aio.send(CHANGELOG, b"out", key=b"k", partition=2)  # an open batch: appended to
@@ -570,7 +569,7 @@ async def test_when_every_batch_is_delivered_the_offset_is_the_last_records(
     tmp_path: Path, in_batch: None, kafka: _Kafka
 ) -> None:
     app, counts, _ = _app(tmp_path)
-    aio = app.producer._producer = kafka.producer(max_batch_size=300)
+    aio = app.producer.client = kafka.producer(max_batch_size=300)
     sender = kafka.sender(aio)
     changelog = batch_changelog.begin(app, SOURCE)
     for i in range(30):
@@ -591,7 +590,7 @@ OUTPUTS = "outputs"
 def _wired(tmp_path: Path, kafka: _Kafka) -> tuple[Any, Any, AIOKafkaProducer, _Sender]:
     """An app and its table, its Faust producer on an aiokafka producer, and that one's sender."""
     app, counts, _ = _app(tmp_path)
-    aio = app.producer._producer = kafka.producer()
+    aio = app.producer.client = kafka.producer()
     return app, counts, aio, kafka.sender(aio)
 
 
@@ -608,7 +607,7 @@ async def test_a_batchs_outputs_go_out_at_its_end_where_send_would_put_them(
     """Held until the batch ends, then in the partitions aiokafka's partitioner picks, in the
     order sent, with aiokafka's future for each partition's last record only."""
     app, counts, buffered = _app(tmp_path)
-    aio = app.producer._producer = kafka.producer()
+    aio = app.producer.client = kafka.producer()
     sender = kafka.sender(aio)
     sent = [(f"auction-{i}".encode(), f'{{"n": {i}}}'.encode()) for i in range(40)]
     changelog = batch_changelog.begin(app, SOURCE)

@@ -2,7 +2,7 @@
 and leave what the per-call store calls leave (`batch_table`).
 
 A real rocksdict store in a temporary directory (streamapp's, `streamapp.runtime.stores`);
-Faust's own producer object, its aiokafka producer a stand-in that keeps what it is sent and
+the app's own producer object, its aiokafka producer a stand-in that keeps what it is sent and
 hands back futures the test resolves (no broker). "Faust's calls" is the same table with
 `batch_table`'s path turned off: the store's ``get_bytes`` / ``set_bytes`` (Faust's rules of
 which partition), the key index and the sensors per call, as before this path.
@@ -79,7 +79,7 @@ def _app(path: Path, name: str = "counts", **table_options: Any) -> tuple[Any, A
     app.in_worker = True
     app.sensors.add(app.monitor)
     aio = _AioProducer()
-    app.producer._producer = aio
+    app.producer.client = aio
     app.producer.send_soon = mock.Mock(side_effect=AssertionError("Faust's buffered path"))
     app.maybe_start_producer = mock.AsyncMock(return_value=app.producer)
     table_options.setdefault("default", int)

@@ -1,6 +1,6 @@
 """sends: under exactly_once, a send made for a record goes in that record's transaction.
 
-The transaction manager is streamapp's (Faust's, with its own ``_tps_to_transactional_ids``);
+The transaction manager is streamapp's (Faust's, naming each partition's transaction by its rule);
 around it stand-ins hold what it reads: an app under exactly_once whose assignor knows the
 source topic ``events`` (group 0), a consumer that knows no partitions of the output topic (as
 Faust's does not, for a topic it does not consume), and a producer that records each send.
@@ -10,6 +10,7 @@ Faust's current event is replaced by a stand-in event of a given partition.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -138,6 +139,37 @@ async def test_a_buffered_send_is_published_in_the_transaction_of_the_record_it_
     assert sends.current_source() is None
 
 
+def test_a_partition_s_transactional_id_is_the_one_faust_s_manager_begins() -> None:
+    """One rule names a source partition's transaction for sends and commits: the one Faust's
+    transaction manager begins for it as the partition is assigned (its private method, called
+    here to compare)."""
+    from faust.transport.consumer import TransactionManager as FaustTransactionManager
+
+    app = _app()
+    app.assignor.groups = {"events": 0, "clicks": 1, "impressions": 1}
+    fausts = FaustTransactionManager(
+        SimpleNamespace(app=app),  # type: ignore[arg-type]
+        consumer=app.consumer,
+        producer=app.producer,  # type: ignore[arg-type]
+    )
+    tps = [TP(topic, p) for topic in ("events", "clicks", "impressions") for p in (0, 3, 11)]
+    for tp in tps:
+        assert {sends.transactional_id(app, tp)} == fausts._tps_to_transactional_ids({tp})
+        assert sends.source_transactional_id(app, tp) == sends.transactional_id(app, tp)
+    assert {sends.transactional_id(app, tp) for tp in tps} == fausts._tps_to_transactional_ids(
+        set(tps)
+    )
+    assert sends.transactional_id(app, TP("clicks", 3)) == "app-1-3"
+    # A standby partition has no transaction (Faust begins none for it), nor has a topic that
+    # is no source.
+    app.assignor.is_standby = lambda tp: tp == TP("clicks", 3)
+    assert fausts._tps_to_transactional_ids({TP("clicks", 3)}) == set()
+    assert sends.source_transactional_id(app, TP("clicks", 3)) is None
+    assert sends.source_transactional_id(app, TP("not-a-source", 0)) is None
+    with pytest.raises(KeyError):
+        sends.transactional_id(app, TP("not-a-source", 0))
+
+
 async def test_send_for_source_joins_the_source_s_transaction_or_refuses() -> None:
     app = _app()
     assert await sends.send_for_source(app, EVENTS_2, "out", b"k", b"v") == "delivery"
@@ -190,23 +222,24 @@ class _TransactionProducer:
         self.log.append(f"{self.name} begin")
 
 
-async def test_a_commit_commits_the_partitions_transactions_side_by_side() -> None:
+async def test_a_commit_commits_the_partitions_transactions_side_by_side(tmp_path: Path) -> None:
     import asyncio
-    from collections import defaultdict
 
-    from faust.transport.drivers.aiokafka import Producer as FaustProducer
+    from streamapp import App
 
     app = _app()
     log: list[str] = []
     barrier = _Barrier(2)  # one after the other, the first would wait there for good
-    faust_producer: Any = FaustProducer.__new__(FaustProducer)
-    faust_producer._trn_locks = defaultdict(asyncio.Lock)
-    faust_producer._transaction_producers = {
-        "app-0-1": _TransactionProducer("p1", log, barrier),
-        "app-0-2": _TransactionProducer("p2", log, barrier),
-    }
+    # The app producer of a real app, holding the stand-ins as its transactions' producers.
+    app_producer: Any = App("sends-commit", datadir=str(tmp_path)).producer
+    app_producer._transaction_clients.update(
+        {
+            "app-0-1": _TransactionProducer("p1", log, barrier),
+            "app-0-2": _TransactionProducer("p2", log, barrier),
+        }
+    )
     manager = app.consumer.transactions
-    manager.producer = faust_producer
+    manager.producer = app_producer
     offsets = {TP("events", 1): 10, EVENTS_2: 20}
     assert await asyncio.wait_for(manager.commit(offsets), 5.0)
     committed = ["p1 offsets [10] app", "p1 commit", "p1 begin"]
@@ -219,13 +252,13 @@ async def test_a_commit_commits_the_partitions_transactions_side_by_side() -> No
 
     app.crash = crash
     log.clear()
-    faust_producer._transaction_producers["app-0-2"].fenced = True
+    app_producer.transaction_client("app-0-2").fenced = True
     assert not await asyncio.wait_for(manager.commit(offsets, start_new_transaction=False), 5.0)
     assert "p1 commit" in log and "p2 commit" not in log
     assert [type(reason).__name__ for reason in crashed] == ["ProducerFenced"]
     # A transaction without a producer (fenced earlier) is not committed: the commit says so,
     # after the others committed.
     log.clear()
-    del faust_producer._transaction_producers["app-0-2"]
+    del app_producer._transaction_clients["app-0-2"]
     assert not await asyncio.wait_for(manager.commit(offsets), 5.0)
     assert log == ["p1 offsets [10] app", "p1 commit", "p1 begin"]

@@ -123,14 +123,14 @@ async def test_the_worker_s_kafka_clients_are_streamapp_s_named_by_its_client_id
     producer = app.producer
     with pytest.raises(KafkaConnectionError):  # no broker: built, then its start failed
         await producer.on_start()
-    aio = producer._producer  # type: ignore[attr-defined]
+    aio = producer.client  # type: ignore[attr-defined]
     try:
         assert isinstance(consumer, WorkerConsumer)
         assert consumer._client._client_id == "worker-7"
         assert reader._client._client_id == "worker-7"
         assert isinstance(aio, WorkerProducer)
         assert aio.client._client_id == "worker-7"
-        transactional = producer._new_producer(transactional_id="t-1")  # type: ignore[attr-defined]
+        transactional = producer.new_client(transactional_id="t-1")  # type: ignore[attr-defined]
         assert isinstance(transactional, WorkerProducer)
         assert transactional.client._client_id == "worker-7"
         await transactional.stop()

@@ -61,8 +61,8 @@ SCRIPT = textwrap.dedent(
         transport = app.transport
         consumer = clients.worker_consumer(app, transport)
         reader = clients.offsets_reader(app, transport)
-        producer = app.producer._new_producer()
-        transactional = app.producer._new_producer(transactional_id="stock-classes-0")
+        producer = app.producer.new_client()
+        transactional = app.producer.new_client(transactional_id="stock-classes-0")
         built = [type(c).__name__ for c in (consumer, producer, transactional)]
         for client in (consumer, producer, transactional, reader):
             try:
