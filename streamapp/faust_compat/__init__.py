@@ -13,8 +13,7 @@ here reaches into Faust where it opens no door:
 - its producer side: a batch's changelog records and join output sent together
   (`batch_changelog`),
   exactly_once sends in the transaction of the record they are made for (`sends`), a topic's
-  sends encoded with codecs looked up once (`send_codecs`, `resolved_codecs`, `json_once`) and
-  handed to the producer without Faust's layers in between (`direct_send`), and the worker's
+  sends handed to the producer without Faust's layers in between (`direct_send`), and the worker's
   aiokafka producer, streamapp's own (`worker_clients`);
 - its app's producer start (`app`).
 
@@ -47,10 +46,6 @@ RELEASES: Ranges = {"faust-streaming": ((0, 15, 3), (0, 16)), "aiokafka": ((0, 1
 PRIVATE_NAMES: dict[str, tuple[str, ...]] = {
     "aiokafka.consumer.consumer:AIOKafkaConsumer": (
         "_client",  # access.refresh_metadata: a test helper's own consumers
-    ),
-    "faust.serializers.registry:Registry": (
-        "_serializer",  # resolved_codecs: the codec Registry's calls pick, looked up once
-        "_prepare_payload",
     ),
     "faust.streams:Stream": (
         "_py_aiter",  # stream: Faust's Python iteration, which acks through Consumer.ack
