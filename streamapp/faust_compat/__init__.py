@@ -44,9 +44,6 @@ RELEASES: Ranges = {"faust-streaming": ((0, 15, 3), (0, 16)), "aiokafka": ((0, 1
 #: instance of it). A name is found as a class attribute or as ``self.<name>`` in the code of
 #: the class or one of its bases (`_has_name`).
 PRIVATE_NAMES: dict[str, tuple[str, ...]] = {
-    "aiokafka.consumer.consumer:AIOKafkaConsumer": (
-        "_client",  # access.refresh_metadata: a test helper's own consumers
-    ),
     "faust.streams:Stream": (
         "_py_aiter",  # stream: Faust's Python iteration, which acks through Consumer.ack
         "_active_agens",
@@ -68,9 +65,6 @@ PRIVATE_NAMES: dict[str, tuple[str, ...]] = {
     ),
     "faust.tables.base:Collection": (
         "_relative_now",  # window_clock: relative_to_now() / .now() on streamapp's expiry index
-    ),
-    "aiokafka.coordinator.assignors.sticky.sticky_assignor:StickyPartitionAssignor": (
-        "_metadata",  # access: bench/strategies.py runs aiokafka's sticky assignor beside ours
     ),
 }
 
