@@ -9,7 +9,7 @@ hands the record to the producer (headers, key and value encoded, the pending me
 for the throughput benchmark's output record (a str key, an int value: ``bench/apps/
 throughput_app.py``), a dict value and a model. "Faust's topic" is ``faust.Topic``;
 "streamapp's" is `streamapp.App`'s topic class, whose encoding takes
-`streamapp.faust_compat.send_codecs`. Never part of the tests.
+`streamapp.codecs.topic_codecs`. Never part of the tests.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ from typing import Any
 
 from bench.lib.per_call import Case, best_of_rounds, print_table
 from streamapp import App
-from streamapp.faust_compat import send_codecs
+from streamapp.codecs import topic_codecs as send_codecs
 
 
 class NullProducer:

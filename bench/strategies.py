@@ -41,9 +41,25 @@ from assignor.aiokafka_assignors import StickyAssignor
 from assignor.strategies import Problem, Subscription
 from assignor.strategies.sticky import assign_cooperative_sticky
 from assignor.strategies.userdata import SubscriptionData, encode_subscription
-from streamapp.faust_compat.access import aiokafka_sticky_metadata
 
 T = TypeVar("T")
+
+
+def aiokafka_sticky_metadata(
+    topics: list[str], owned: list[TopicPartition] | None, generation: int = -1
+) -> Any:
+    """The subscription metadata aiokafka's StickyPartitionAssignor sends for a member owning
+    ``owned``: its public ``metadata`` reads the assignor class's last assignment and
+    generation, so a subclass holding those is asked."""
+
+    class Member(StickyPartitionAssignor):
+        pass
+
+    Member.member_assignment = owned
+    Member.generation = generation
+    return Member.metadata(topics)
+
+
 JAVA_FAST_PATH_SECONDS = 1.4
 rows: list[tuple[str, str, float, str]] = []
 

@@ -1,5 +1,5 @@
 """What a batch agent's table pays per record to encode and decode, Faust's json codec called
-as it is and through `streamapp.faust_compat.json_once`, side by side in one process.
+as it is and through `streamapp.codecs.json_once`, side by side in one process.
 
     .venv/bin/python -m bench.table_codecs [--calls 200000] [--rounds 5]
 
@@ -8,7 +8,7 @@ least disturbed): a str key encoded, an int value encoded, an int value decoded 
 declared type (the throughput app's table: ``app.Table("sums", default=int)``), and a small
 dict value both ways. "Faust's call" encodes with the codec (``codec.dumps``) and decodes with
 the registry (``Registry.loads_value``: the codec, then its check for a model); "json_once"
-is what `streamapp.faust_compat.resolved_codecs` now returns for them. Never part of the tests.
+is what `streamapp.codecs.resolved` now returns for them. Never part of the tests.
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ from faust.serializers.codecs import get_codec
 from faust.serializers.registry import Registry
 
 from bench.lib.per_call import Case, best_of_rounds, print_table
-from streamapp.faust_compat import json_once, resolved_codecs
+from streamapp.codecs import json_once
+from streamapp.codecs import resolved as resolved_codecs
 
 
 def main() -> None:

@@ -59,9 +59,9 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from bench.lib import gil_blocks
-from streamapp.faust_compat import access
 from streamapp.kafka import LocalKafka
 from streamapp.kafka.probe import free_port
+from streamapp.testing.kafka_io import partitions_of
 from streamapp.testing.stop_signals import run_until_stopped
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -141,10 +141,7 @@ async def count_committed(bootstrap: str, topic: str) -> int:
     )
     await consumer.start()
     try:
-        partitions = consumer.partitions_for_topic(topic) or set()
-        if not partitions:
-            await access.refresh_metadata(consumer)  # a topic made by another client
-            partitions = consumer.partitions_for_topic(topic) or set()
+        partitions = await partitions_of(bootstrap, topic)
         tps = [TopicPartition(topic, p) for p in sorted(partitions)]
         if not tps:
             return 0

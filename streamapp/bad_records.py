@@ -420,7 +420,7 @@ class Topic(direct_send.Topic):
     """Faust's topic; a record whose key or value does not decode meets the bad-record policy,
     and under exactly_once a message ``send_soon`` buffers while an agent processes a record is
     published in that record's transaction, as ``send`` is (`streamapp.faust_compat.sends`).
-    What is sent is encoded with codecs looked up once (`streamapp.faust_compat.send_codecs`),
+    What is sent is encoded with codecs looked up once (`streamapp.codecs.topic_codecs`),
     and ``send`` hands it to the producer in one coroutine (`streamapp.faust_compat.direct_send`).
 
     `streamapp.App` makes it the app's ``Topic`` class (a Faust setting).

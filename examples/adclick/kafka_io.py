@@ -53,7 +53,7 @@ async def read_all(
     )
     await consumer.start()
     try:
-        tps = [TopicPartition(topic, p) for p in sorted(await partitions_of(consumer, topic))]
+        tps = [TopicPartition(topic, p) for p in sorted(await partitions_of(bootstrap, topic))]
         if not tps:
             return []
         consumer.assign(tps)

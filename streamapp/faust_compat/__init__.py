@@ -13,8 +13,7 @@ here reaches into Faust where it opens no door:
 - its producer side: a batch's changelog records and join output sent together
   (`batch_changelog`),
   exactly_once sends in the transaction of the record they are made for (`sends`), a topic's
-  sends encoded with codecs looked up once (`send_codecs`, `resolved_codecs`, `json_once`) and
-  handed to the producer without Faust's layers in between (`direct_send`), and Faust's
+  sends handed to the producer without Faust's layers in between (`direct_send`), and Faust's
   threaded producer with the settings of streamapp's app producer (`threaded_producer`);
 - its app's producer start (`app`).
 
@@ -45,13 +44,6 @@ RELEASES: Ranges = {"faust-streaming": ((0, 15, 3), (0, 16)), "aiokafka": ((0, 1
 #: instance of it). A name is found as a class attribute or as ``self.<name>`` in the code of
 #: the class or one of its bases (`_has_name`).
 PRIVATE_NAMES: dict[str, tuple[str, ...]] = {
-    "aiokafka.consumer.consumer:AIOKafkaConsumer": (
-        "_client",  # access.refresh_metadata: a test helper's own consumers
-    ),
-    "faust.serializers.registry:Registry": (
-        "_serializer",  # resolved_codecs: the codec Registry's calls pick, looked up once
-        "_prepare_payload",
-    ),
     "faust.streams:Stream": (
         "_py_aiter",  # stream: Faust's Python iteration, which acks through Consumer.ack
         "_active_agens",
@@ -67,9 +59,6 @@ PRIVATE_NAMES: dict[str, tuple[str, ...]] = {
     ),
     "faust.tables.base:Collection": (
         "_relative_now",  # window_clock: relative_to_now() / .now() on streamapp's expiry index
-    ),
-    "aiokafka.coordinator.assignors.sticky.sticky_assignor:StickyPartitionAssignor": (
-        "_metadata",  # access: bench/strategies.py runs aiokafka's sticky assignor beside ours
     ),
 }
 

@@ -9,7 +9,7 @@ found through an ABC ``isinstance``) and ``_get_producer``. In the profile of th
 thread, aiokafka's own ``send`` being the other half.
 
 `Topic.send` here does what those do, in the same order, in one coroutine: the message is
-made by the topic's ``as_future_message`` (encoded as `send_codecs` encodes it), the producer
+made by the topic's ``as_future_message`` (encoded as `topic_codecs` encodes it), the producer
 is the app's ``maybe_start_producer()`` (under exactly_once the transaction manager, which
 puts the send in the transaction of the record it is made for, `streamapp.faust_compat.sends`),
 the sensors' ``on_send_initiated`` is called before the producer's ``send`` and Faust's own
@@ -42,7 +42,7 @@ from faust.types import CodecArg, FutureMessage, K, RecordMetadata, SchemaT, V
 from faust.types.core import HeadersArg
 from faust.types.tuples import MessageSentCallback
 
-from streamapp.faust_compat import send_codecs
+from streamapp.codecs import topic_codecs
 
 #: ``publish_message`` implementations that do for a fresh message (one not buffered by
 #: ``send_soon``) exactly what Faust's does; a topic class with another one keeps Faust's path.
@@ -74,7 +74,7 @@ def _size(data: Any) -> int:
     return len(data) if isinstance(data, bytes) else 0
 
 
-class Topic(send_codecs.Topic):
+class Topic(topic_codecs.Topic):
     """Faust's topic; ``send`` hands the record to the producer in one coroutine (module)."""
 
     async def send(

@@ -9,7 +9,7 @@ store once, and a write encodes the key and value once and gives those bytes to 
 changelog and the store. The key a read just encoded is kept, by identity, for the write that
 follows it (``table[key] += 1`` passes the same object twice), when it is an immutable str,
 bytes or int. The store's codecs are looked up once per table, not per key and value
-(`streamapp.faust_compat.resolved_codecs`), when the store encodes as Faust's own does.
+(`streamapp.codecs.resolved`), when the store encodes as Faust's own does.
 
 The bytes are the same as before: the changelog topic Faust makes for a table encodes with the
 table's key and value types and serializers, as the store does. A table whose changelog would
@@ -36,7 +36,8 @@ from typing import Any, cast
 import faust
 from faust.serializers.schemas import Schema
 
-from streamapp.faust_compat import batch_changelog, batch_table, resolved_codecs
+from streamapp.codecs import resolved as resolved_codecs
+from streamapp.faust_compat import batch_changelog, batch_table
 from streamapp.runtime.stores import RocksDBStore
 
 #: Keys immutable enough to be reused by identity between a read and the write after it.

@@ -11,7 +11,7 @@ decoded objects are thrown away. For a table where nothing else looks at them,
 A record must still be one the table can decode: one that cannot meets the bad-record handling
 of a changelog record (`streamapp.changelog_records`: a warning, counted, not stored). So each
 key and value is checked with the codec the changelog topic decodes it with, looked up once
-(`streamapp.faust_compat.resolved_codecs`: the registry's codec and payload preparation, the
+(`streamapp.codecs.resolved`: the registry's codec and payload preparation, the
 same values and errors), the objects left unmade; a batch with any record that does not pass
 (or a key that is None) takes Faust's path whole, which handles it as before.
 
@@ -42,7 +42,7 @@ from faust.types.models import ModelT
 from faust.types.tuples import ConsumerMessage
 
 from streamapp.changelog_records import SkipsUndecodableChangelogRecords
-from streamapp.faust_compat import resolved_codecs
+from streamapp.codecs import resolved as resolved_codecs
 from streamapp.runtime.messages import consumer_message
 from streamapp.runtime.stores import RocksDBStore
 

@@ -7,7 +7,7 @@ counts the channels that read the topic on the record, decodes it once through e
 value, streamapp's bad-record guard around them), and puts the event in each channel's queue.
 For a topic that one channel reads (an agent's topic, the usual case), `DirectDelivery` does the
 same with what can be looked up once looked up once: the channel, its queue, its codecs
-(`streamapp.faust_compat.resolved_codecs`: the registry's codec and payload preparation, the same
+(`streamapp.codecs.resolved`: the registry's codec and payload preparation, the same
 values and errors), the pressure callbacks of each partition.
 
 A record whose key or value does not decode this way (or has no key where a model is expected,
@@ -29,7 +29,7 @@ from faust.transport.conductor import Conductor
 from faust.types import TP, AppT, Message
 from faust.types.models import ModelT
 
-from streamapp.faust_compat import resolved_codecs
+from streamapp.codecs import resolved as resolved_codecs
 
 #: Where a value must decode: Faust's ``allow_empty`` off and a model expected.
 _MUST_DECODE = object()

@@ -11,7 +11,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPa
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import TopicAlreadyExistsError
 
-from streamapp.faust_compat.access import refresh_metadata
+from streamapp.topic_check import read_partition_counts
 
 
 async def create_topics(
@@ -111,37 +111,27 @@ class ProducedAroundAKill:
         self.killed()
 
 
-async def partitions_of(consumer: AIOKafkaConsumer, topic: str) -> set[int]:
+async def partitions_of(bootstrap: str, topic: str) -> set[int]:
     """The partitions of ``topic`` the broker has now (none if it does not exist)."""
-    # Fresh metadata: a topic created a moment ago may not be in the cached view yet.
-    await refresh_metadata(consumer)
-    return consumer.partitions_for_topic(topic) or set()
+    count = (await read_partition_counts(bootstrap, [topic])).get(topic, 0)
+    return set(range(count))
 
 
 async def partition_counts(bootstrap: str, topics: Iterable[str]) -> dict[str, int]:
     """Partition count of every topic that exists, from the broker's metadata."""
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
-    await consumer.start()
-    try:
-        counts: dict[str, int] = {}
-        for topic in topics:
-            parts = await partitions_of(consumer, topic)
-            if parts:
-                counts[topic] = len(parts)
-        return counts
-    finally:
-        await consumer.stop()
+    return await read_partition_counts(bootstrap, topics)
 
 
 async def end_offsets(bootstrap: str, topics: Iterable[str]) -> dict[TopicPartition, int]:
     """The end offset of every partition of ``topics`` (those that exist)."""
+    counts = await read_partition_counts(bootstrap, topics)
+    tps = [TopicPartition(t, p) for t, n in counts.items() for p in range(n)]
+    if not tps:
+        return {}
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
     await consumer.start()
     try:
-        tps = [
-            TopicPartition(t, p) for t in topics for p in sorted(await partitions_of(consumer, t))
-        ]
-        return dict(await consumer.end_offsets(tps)) if tps else {}
+        return dict(await consumer.end_offsets(tps))
     finally:
         await consumer.stop()
 

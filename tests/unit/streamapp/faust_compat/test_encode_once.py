@@ -21,7 +21,7 @@ from faust.streams import _current_event
 from faust.types import TP
 
 from streamapp import App
-from streamapp.faust_compat import json_once
+from streamapp.codecs import json_once
 from streamapp.faust_compat.encode_once import Table
 
 

@@ -8,15 +8,16 @@ agent, five such calls read Faust's settings and the codec registry again
 functions make it once and return a function doing only the codec's work, the same bytes and
 values as the registry's call:
 
-- ``loads`` (`loader`): ``Registry._prepare_payload(typ, codec.loads(data))``, with the codec
-  of the serializer the registry's ``loads_key`` (the given serializer or the registry's key
-  serializer) or ``loads_value`` (``Registry._serializer``) would pick;
+- ``loads`` (`loader`): the payload ``codec.loads(data)`` made a value of the type as the
+  registry makes it (`payloads.prepare_payload`), with the codec of the serializer the
+  registry's ``loads_key`` (the given serializer or the registry's key serializer) or
+  ``loads_value`` (`payloads.pick_serializer`) would pick;
 - ``dumps`` (`dumper`): ``codec.dumps(obj)`` for an object the registry would give to that
   codec as it is: a str, number, dict, list or tuple (not a model, not bytes); anything else
   goes to the registry's call itself (models pick their own serializer, bytes pass as they
   are).
 
-Faust's ``json`` codec is called without its per-call setup (`streamapp.faust_compat.json_once`,
+Faust's ``json`` codec is called without its per-call setup (`streamapp.codecs.json_once`,
 the same bytes and values).
 
 A registry that is not Faust's own class gets None (its methods may do otherwise): the caller
@@ -24,10 +25,9 @@ keeps the registry's calls. Errors are the codec's own (the registry would wrap 
 ``KeyDecodeError`` / ``ValueDecodeError``): the callers fall back to the registry's call on
 any error, which raises what Faust raises.
 
-Faust private names this relies on (checked at import, `streamapp.faust_compat.PRIVATE_NAMES`):
-``faust.serializers.registry.Registry._serializer`` and ``_prepare_payload``.
+No private Faust name is used: the registry's two rules are `streamapp.codecs.payloads`'.
 Delete when Faust's registry caches its codecs per type and serializer.
-Tests: tests/unit/streamapp/faust_compat/test_resolved_codecs.py.
+Tests: tests/unit/streamapp/codecs/test_resolved_codecs.py.
 """
 
 from __future__ import annotations
@@ -38,7 +38,8 @@ from typing import Any, Literal
 from faust.serializers.codecs import get_codec
 from faust.serializers.registry import Registry
 
-from streamapp.faust_compat import json_once
+from streamapp.codecs import json_once
+from streamapp.codecs.payloads import pick_serializer, prepare_payload
 
 Which = Literal["key", "value"]
 
@@ -46,12 +47,12 @@ Which = Literal["key", "value"]
 PLAIN = frozenset({str, int, float, bool, dict, list, tuple})
 
 
-def _serializer(registry: Registry, which: Which, typ: Any, serializer: Any) -> Any:
+def _loads_serializer(registry: Registry, which: Which, typ: Any, serializer: Any) -> Any:
     """The serializer the registry's call for ``which`` would use."""
     if which == "key":
         # Registry.loads_key: ``serializer or self.key_serializer``.
         return serializer or registry.key_serializer
-    return registry._serializer(typ, serializer, registry.value_serializer)
+    return pick_serializer(typ, serializer, registry.value_serializer)
 
 
 def loader(registry: Any, which: Which, typ: Any, serializer: Any) -> Callable[[bytes], Any] | None:
@@ -59,8 +60,8 @@ def loader(registry: Any, which: Which, typ: Any, serializer: Any) -> Callable[[
     with the codec looked up now; None for a registry that is not Faust's own class."""
     if type(registry) is not Registry:
         return None
-    name = _serializer(registry, which, typ, serializer)
-    prepare = registry._prepare_payload
+    name = _loads_serializer(registry, which, typ, serializer)
+    prepare = prepare_payload
     if not name:
         return lambda data: prepare(typ, data)
     codec = get_codec(name)
@@ -78,9 +79,9 @@ def dumper(
     now for the objects that go to it; None for a registry that is not Faust's own class."""
     if type(registry) is not Registry:
         return None
-    # dumps_key and dumps_value pick the serializer alike: Registry._serializer.
+    # dumps_key and dumps_value pick the serializer alike.
     default = registry.key_serializer if which == "key" else registry.value_serializer
-    name = registry._serializer(typ, serializer, default)
+    name = pick_serializer(typ, serializer, default)
     registry_dumps = registry.dumps_key if which == "key" else registry.dumps_value
     if not name:
         return lambda obj: registry_dumps(typ, obj, serializer=serializer)

@@ -19,7 +19,7 @@ from faust.serializers.registry import Registry
 from faust.serializers.schemas import Schema
 
 from streamapp import App
-from streamapp.faust_compat import send_codecs
+from streamapp.codecs import topic_codecs
 
 TOPIC = "out"
 
@@ -120,7 +120,7 @@ async def test_the_producer_gets_the_bytes_of_fausts_topic(
     app, recorder = _app(tmp_path)
     ours = app.topic(TOPIC, **topic_options)
     theirs = faust.Topic(app, topics=[TOPIC], **topic_options)
-    assert isinstance(ours, send_codecs.Topic) and not isinstance(theirs, send_codecs.Topic)
+    assert isinstance(ours, topic_codecs.Topic) and not isinstance(theirs, topic_codecs.Topic)
     for _ in range(2):  # the first send resolves the codecs, the second uses them
         expected = await _sent(app, recorder, theirs, **send_options)
         assert await _sent(app, recorder, ours, **send_options) == expected
@@ -203,13 +203,13 @@ async def test_serializer_arguments_resolved_are_bounded(tmp_path: Path) -> None
     app, recorder = _app(tmp_path)
     ours = app.topic(TOPIC)
     theirs = faust.Topic(app, topics=[TOPIC])
-    for _ in range(send_codecs.MAX_RESOLVED + 4):
+    for _ in range(topic_codecs.MAX_RESOLVED + 4):
         codec = faust.serializers.codecs.get_codec("json") | faust.serializers.codecs.binary()
         send = {"key": "k", "value": {"a": 1}, "value_serializer": codec}
         assert await _sent(app, recorder, ours, **send) == await _sent(
             app, recorder, theirs, **send
         )
-    assert len(ours.streamapp_value_dumpers) == send_codecs.MAX_RESOLVED
+    assert len(ours.streamapp_value_dumpers) == topic_codecs.MAX_RESOLVED
 
 
 async def test_an_unencodable_value_raises_what_faust_raises(tmp_path: Path) -> None:

@@ -7,25 +7,25 @@ serializer among the call's, the schema's and the app's, and checks for a model)
 looked up by name, and Faust's json codec, which builds a new JSON encoder on every call. For
 the throughput benchmark's output records that was about a third of what a send costs on the
 event-loop thread (docs/performance.md). Table writes and a batch topic's records already take
-the codecs resolved once (`streamapp.faust_compat.resolved_codecs`); this `Topic` does the
+the codecs resolved once (`streamapp.codecs.resolved`); this `Topic` does the
 same for sends: per topic, one resolved encoder per key or value, serializer argument and
 registry, made at the first send.
 
 The bytes are the registry's: a str, number, dict, list or tuple goes to the codec the
 registry would pick (Faust's json codec without its per-call setup,
-`streamapp.faust_compat.json_once`); anything else (bytes, a model, None, a subclass of str)
+`streamapp.codecs.json_once`); anything else (bytes, a model, None, a subclass of str)
 takes Faust's whole path, as before. Headers are the caller's, as Faust's
 ``Schema.on_dumps_*_prepare_headers`` return them. Faust's own path is kept whole for a schema
 that is not Faust's own class (a subclass may encode or add headers otherwise), a schema given
 to one call (``send(schema=...)``), a registry that is not Faust's own class, and serializer
 arguments beyond the first few per topic (the resolved encoders are kept, not made per call).
 A codec registered under a name after a topic's first send under that name is not seen by
-that topic, as for tables (`resolved_codecs`).
+that topic, as for tables (`streamapp.codecs.resolved`).
 
 No private Faust name is used here (``prepare_key`` and ``prepare_value`` are Faust's public
-hooks for a topic's serialization); `resolved_codecs` lists the registry's.
+hooks for a topic's serialization); `streamapp.codecs.payloads` has the registry's rules.
 Delete when Faust's topics cache their codecs.
-Tests: tests/unit/streamapp/faust_compat/test_send_codecs.py.
+Tests: tests/unit/streamapp/codecs/test_topic_codecs.py.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from faust.serializers.schemas import Schema
 from faust.types import CodecArg, K, SchemaT, V
 from faust.types.core import OpenHeadersArg
 
-from streamapp.faust_compat import resolved_codecs
+from streamapp.codecs import resolved as resolved_codecs
 
 Dumper = Callable[[Any], bytes | None]
 

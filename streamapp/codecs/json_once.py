@@ -4,7 +4,7 @@ Faust's ``json`` codec encodes with ``json.dumps(obj, cls=faust.utils.json.JSONE
 separators=(",", ":"))`` behind two layers of codec calls: the standard library builds a new
 encoder (and its C encoder) on every call when a ``cls`` is given, about two thirds of the
 cost of encoding a table key or a small value. Decoding, Faust's registry then asks its model
-registry whether the value names a model (``Registry._prepare_payload``), which for a number
+registry whether the value names a model (`streamapp.codecs.payloads`), which for a number
 raises and catches a ``TypeError``. A batch agent's table pays this per record: the key and
 the value encoded for each write, the value decoded for each read (docs/performance.md).
 
@@ -19,7 +19,7 @@ then the codec's own calls are kept). Errors are the standard library's, as the 
 
 No private Faust name is used: ``faust.serializers.codecs.json`` and
 ``faust.utils.json.JSONEncoder`` are public. Delete when Faust's json codec keeps its encoder.
-Tests: tests/unit/streamapp/faust_compat/test_json_once.py, test_resolved_codecs.py.
+Tests: tests/unit/streamapp/codecs/test_json_once.py, test_resolved_codecs.py.
 """
 
 from __future__ import annotations

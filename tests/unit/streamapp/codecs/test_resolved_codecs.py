@@ -9,7 +9,7 @@ import pytest
 from faust.exceptions import KeyDecodeError, ValueDecodeError
 from faust.serializers.registry import Registry
 
-from streamapp.faust_compat import resolved_codecs
+from streamapp.codecs import resolved as resolved_codecs
 
 
 class Point(faust.Record, serializer="json"):
@@ -65,7 +65,7 @@ def test_loads_as_the_registry(which: str, typ: Any, serializer: Any, objects: l
 
 
 def test_value_serializer_for_str_and_bytes_without_one_is_raw() -> None:
-    # Registry._serializer: a value typed str or bytes with no serializer anywhere is raw.
+    # The registry's pick: a value typed str or bytes with no serializer anywhere is raw.
     registry = Registry(key_serializer=None, value_serializer=None)
     for typ, obj, data in ((str, "text", b"text"), (bytes, b"data", b"data")):
         dump = resolved_codecs.dumper(registry, "value", typ, None)
