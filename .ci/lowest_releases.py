@@ -12,7 +12,7 @@ import tomllib
 from importlib import metadata
 from pathlib import Path
 
-#: The libraries whose internals streamapp checks at import (streamapp.faust_compat,
+#: The libraries whose internals streamapp checks at import (streamapp.private_names,
 #: streamapp.runtime.library_check): their ranges are what a user may install.
 CHECKED = ("faust-streaming", "aiokafka")
 

@@ -29,8 +29,8 @@ from aiokafka.protocol.metadata import MetadataResponse_v1
 from bench.lib.in_batch import SOURCE, Message, set_current_event
 from bench.lib.offline_delivery import OfflineDelivery
 from streamapp import App
-from streamapp.faust_compat import batch_changelog
 from streamapp.joins import _io
+from streamapp.sending import batch_changelog
 
 OUTPUT = "bench-output"
 PARTITIONS = 6

@@ -1,5 +1,5 @@
 """What a batch agent's ``table[key] += 1`` costs, through the store's per-call path and through
-`streamapp.faust_compat.batch_table`, side by side in one process.
+`streamapp.table_writes.batch_table`, side by side in one process.
 
     .venv/bin/python -m bench.batch_table [--calls 5000] [--rounds 5]
 
@@ -25,7 +25,7 @@ from typing import Any
 from bench.lib.in_batch import SOURCE, set_current_event
 from bench.lib.per_call import Case, best_of_rounds, print_table
 from streamapp import App
-from streamapp.faust_compat import batch_changelog
+from streamapp.sending import batch_changelog
 
 
 def main() -> None:

@@ -1,5 +1,5 @@
 """What ``Topic.send`` costs up to the producer, through Faust's layers and through
-`streamapp.faust_compat.direct_send`, side by side in one process.
+`streamapp.sending.direct_send`, side by side in one process.
 
     .venv/bin/python -m bench.send_path [--calls 50000] [--rounds 5]
 

@@ -12,8 +12,8 @@ from faust.utils.urls import urllist
 from mode.utils.objects import cached_property
 
 from streamapp import assignment_wiring
+from streamapp.app_base import FaustApp
 from streamapp.bad_records import BadRecordPolicy, BadRecords
-from streamapp.faust_compat.app import FaustApp
 from streamapp.runtime.consumer import Consumer as StreamappConsumer
 from streamapp.runtime.driver import driver_urls
 from streamapp.runtime.flow import FlowControl
@@ -189,8 +189,8 @@ class App(FaustApp):
         # The consumer, its fetch loop and the tables' recovery are streamapp's runtime.
         _driver_brokers(options)
         options.setdefault("TableManager", "streamapp.runtime.tables:TableManager")
-        # Acks through the consumer's own ``ack`` (see streamapp.faust_compat.stream).
-        options.setdefault("Stream", "streamapp.faust_compat.stream:Stream")
+        # Acks through the consumer's own ``ack`` (see streamapp.streams.stream).
+        options.setdefault("Stream", "streamapp.streams.stream:Stream")
         # Records of a fetch in timestamp order across partitions (see streamapp.scheduling).
         options.setdefault("ConsumerScheduler", "streamapp.scheduling:TimestampOrderScheduling")
         # Records that do not decode, or make an agent raise, meet bad_record_policy.

@@ -40,7 +40,7 @@ def install(app: Any) -> None:
         # Declared tables only exist once the app module ran: read them when the worker runs.
         from streamapp.broker_address import app_bootstrap
         from streamapp.changelog_watch import CHECK_INTERVAL_S, ChangelogWatch
-        from streamapp.faust_compat.worker_clients import worker_client_id
+        from streamapp.runtime.worker_clients import worker_client_id
         from streamapp.topic_check import declared_topics
 
         watch = ChangelogWatch(

@@ -70,7 +70,7 @@ from streamapp.changelog_records import (
     counted_already,
     skips_undecodable,
 )
-from streamapp.faust_compat import direct_send, sends
+from streamapp.sending import direct_send, sends
 
 logger = logging.getLogger(__name__)
 
@@ -419,9 +419,9 @@ async def handle_record_error(
 class Topic(direct_send.Topic):
     """Faust's topic; a record whose key or value does not decode meets the bad-record policy,
     and under exactly_once a message ``send_soon`` buffers while an agent processes a record is
-    published in that record's transaction, as ``send`` is (`streamapp.faust_compat.sends`).
+    published in that record's transaction, as ``send`` is (`streamapp.sending.sends`).
     What is sent is encoded with codecs looked up once (`streamapp.codecs.topic_codecs`),
-    and ``send`` hands it to the producer in one coroutine (`streamapp.faust_compat.direct_send`).
+    and ``send`` hands it to the producer in one coroutine (`streamapp.sending.direct_send`).
 
     `streamapp.App` makes it the app's ``Topic`` class (a Faust setting).
     """

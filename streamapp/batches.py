@@ -23,7 +23,7 @@ Guarantees, the same as for a record of Faust's stream:
   goes to the changelog partition of the batch's partition, a send to that partition's
   transaction (one partition per batch is what makes this right for every record of it).
 - A table's changelog records of a batch go to the Kafka client's producer together as the
-  batch ends, before its ack (`streamapp.faust_compat.batch_changelog`): in the batch's
+  batch ends, before its ack (`streamapp.sending.batch_changelog`): in the batch's
   transaction under exactly_once, and the store's persisted offset written once per changelog
   partition of the batch, when its last record is delivered.
 - A record fetched under an earlier generation, or taken while the flow is stopped for a
@@ -51,9 +51,9 @@ from weakref import WeakKeyDictionary
 
 from faust.types import TP, ChannelT, EventT, StreamT
 
-from streamapp.faust_compat import batch_changelog
-from streamapp.faust_compat.batch_stream import set_current_event, stop_iteration
 from streamapp.runtime.consumer import Consumer as StreamappConsumer
+from streamapp.sending import batch_changelog
+from streamapp.streams.batch_stream import set_current_event, stop_iteration
 
 logger = logging.getLogger(__name__)
 

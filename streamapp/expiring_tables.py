@@ -14,7 +14,7 @@ its own task (`expire_windows`, every ``table_cleanup_interval``):
 
 - every write and deletion notes its key (`key_written`, `key_deleted`: Faust's
   ``on_key_set`` / ``on_key_del`` call them, and so does the write of bytes of
-  `streamapp.faust_compat.encode_once`);
+  `streamapp.table_writes.encode_once`);
 - after each recovery, the index of the table's active partitions is rebuilt from what their
   RocksDB stores hold (streamapp's store keeps each partition in its own database, so a key's
   partition is known): recovered windows expire as written ones do. Partitions no longer active
@@ -27,7 +27,7 @@ its own task (`expire_windows`, every ``table_cleanup_interval``):
 
 The table's "now" (``relative_to_now()``, ``.now()`` in an agent) is the latest window end
 written in the event's partition, as Faust's, read from the same index
-(`streamapp.faust_compat.window_clock`).
+(`streamapp.table_writes.window_clock`).
 
 Tables on another store (``memory://``) keep the index from their writes only, as Faust did:
 nothing is recovered into them from disk.
@@ -43,10 +43,10 @@ from faust.types import TP
 from mode import Service
 
 from streamapp.changelog_records import SkipsUndecodableChangelogRecords
-from streamapp.faust_compat.encode_once import Table as EncodeOnceTable
-from streamapp.faust_compat.window_clock import WindowClock
 from streamapp.key_expiry import KeyExpiry, is_window_key, window_key
 from streamapp.runtime.stores import OnStreamappStore, RocksDBStore
+from streamapp.table_writes.encode_once import Table as EncodeOnceTable
+from streamapp.table_writes.window_clock import WindowClock
 
 __all__ = ["ExpiringWindows", "Table"]
 
@@ -133,6 +133,6 @@ class ExpiringWindows(WindowClock, EncodeOnceTable):
 
 class Table(OnStreamappStore, SkipsUndecodableChangelogRecords, ExpiringWindows):
     """streamapp's table (the App's ``Table`` setting): a write encoded once
-    (`streamapp.faust_compat.encode_once`), windows expiring after a recovery too (see the
+    (`streamapp.table_writes.encode_once`), windows expiring after a recovery too (see the
     module), on streamapp's RocksDB store, whose recovery skips changelog records it cannot
     decode (`streamapp.changelog_records`)."""

@@ -20,10 +20,10 @@ BLOCKS: list[tuple[str, tuple[str, ...]]] = [
     ("output records (Topic.send)", ("Topic.send (faust/topics.py)", "Topic.send (streamapp/")),
     (
         "changelog records sent (batch, run)",
-        ("end (streamapp/faust_compat/batch_changelog.py)",),
+        ("end (streamapp/sending/batch_changelog.py)",),
     ),
-    ("table read", ("Table.__getitem__ (streamapp/faust_compat/encode_once.py)",)),
-    ("table write", ("Table.__setitem__ (streamapp/faust_compat/encode_once.py)",)),
+    ("table read", ("Table.__getitem__ (streamapp/table_writes/encode_once.py)",)),
+    ("table write", ("Table.__setitem__ (streamapp/table_writes/encode_once.py)",)),
     (
         "records taken off the queue",
         ("_take (streamapp/batches.py)", "take (streamapp/runtime/stream_runs.py)"),
@@ -34,7 +34,7 @@ BLOCKS: list[tuple[str, tuple[str, ...]]] = [
     ),
     (
         "the stream's iteration, rest",
-        ("Stream._runs (streamapp/faust_compat/stream.py)", "Stream._py_aiter (faust/streams.py)"),
+        ("Stream._runs (streamapp/streams/stream.py)", "Stream._py_aiter (faust/streams.py)"),
     ),
     ("hand-out (fetch loop)", ("FetchLoop._hand_out (streamapp/runtime/loop.py)",)),
     ("fetch loop, rest", ("FetchLoop._round (streamapp/runtime/loop.py)",)),

@@ -60,8 +60,8 @@ app = App(
     # old owner gives it up in the first and rejoins at once, but the second starts only when
     # every other worker has heard of it, at its next heartbeat. In `bench/adclick.py`'s
     # scale-out that wait was 2.5 s at a 2 s heartbeat, 1.2 s at 0.5 s. Workers now heartbeat
-    # every 0.1 s for 2 s after each cooperative join (faust_compat's second_round); the
-    # interval still matters when the old owner rejoins later than that.
+    # every 0.1 s for 2 s after each cooperative join (streamapp.runtime.group.prompt_heartbeats);
+    # the interval still matters when the old owner rejoins later than that.
     broker_heartbeat_interval=0.5,
     # A worker at most this many changelog records behind takes a task at once and replays the
     # rest first; one further behind warms up, and takes the task at a follow-up rebalance once

@@ -14,7 +14,7 @@ from typing import Any
 
 from faust.types import TP, AppT, TopicT
 
-from streamapp.faust_compat import batch_changelog, sends
+from streamapp.sending import batch_changelog, sends
 
 Headers = Sequence[tuple[str, bytes]]
 
@@ -73,7 +73,7 @@ async def send_raw(
     """Send bytes on behalf of the source record ``source`` (a Faust message).
 
     Returns the delivery future. Under exactly_once the send joins the transaction of the
-    source's task, as Kafka Streams does it (`streamapp.faust_compat.sends`, which sends an
+    source's task, as Kafka Streams does it (`streamapp.sending.sends`, which sends an
     agent's ``Topic.send`` the same way).
     """
     return await sends.send_for_source(
@@ -89,7 +89,7 @@ async def send_output(
 
     In a batch (``batch_records``), the record waits with the batch's changelog records and
     goes out with them as the batch ends, before its ack, in its transaction under
-    exactly_once, without a future of its own (`streamapp.faust_compat.batch_changelog`);
+    exactly_once, without a future of its own (`streamapp.sending.batch_changelog`);
     or earlier, when state is about to be forgotten (`flush_before_forgetting`). Otherwise
     it is sent at once (`send_raw`).
     """

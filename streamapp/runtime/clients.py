@@ -12,12 +12,12 @@ from typing import Any
 
 from faust.types import AppT
 
-from streamapp.faust_compat.worker_clients import (
+from streamapp.runtime.group.consumer import WorkerConsumer
+from streamapp.runtime.worker_clients import (
     worker_client_id,
     worker_consumer_options,
 )
-from streamapp.faust_compat.worker_clients import worker_consumer as faust_worker_consumer
-from streamapp.runtime.group.consumer import WorkerConsumer
+from streamapp.runtime.worker_clients import worker_consumer as faust_worker_consumer
 
 #: aiokafka's wait for records in a fetch request, Faust's value (`worker_consumer_options`).
 FETCH_MAX_WAIT_MS = 1500

@@ -23,9 +23,9 @@ from faust.types import AppT
 from mode import Service
 from yarl import URL
 
-from streamapp.faust_compat import sends
 from streamapp.runtime.consumer import Consumer
 from streamapp.runtime.producer.app_producer import AppProducer
+from streamapp.sending import sends
 
 #: The URL scheme of brokers served by this driver (the entry point's name).
 SCHEME = "streamapp"

@@ -1,7 +1,7 @@
 """A partition's writes that are not in its RocksDB store yet, and the one write batch that
 stores them.
 
-A batch agent's table writes wait here (`streamapp.faust_compat.batch_table`): a read of the
+A batch agent's table writes wait here (`streamapp.table_writes.batch_table`): a read of the
 partition looks here first, and the batch's end stores them in one rocksdict ``WriteBatch``
 (`write_batch`): one write to RocksDB's log per batch, not one per record. A batch left
 unfinished drops them.

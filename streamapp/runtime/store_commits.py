@@ -3,7 +3,7 @@ transactions that made them.
 
 A transactional store (`streamapp.runtime.stores`) holds each partition's writes apart, with
 the source partitions whose records made them, until those records' transactions commit.
-Each record's transaction is its source partition's (`streamapp.faust_compat.sends`): the one
+Each record's transaction is its source partition's (`streamapp.sending.sends`): the one
 that carries its changelog records and commits its offset. So a commit that went through
 commits, for each source partition in it, the writes its records made:
 

@@ -5,7 +5,7 @@ iteration (its iterator awaits ``sleep(0)``), a look at the queue, the stream's 
 ack that wakes whoever waits for acks; and each table write of the record sends its changelog
 record through Faust's per-record path (a ``FutureMessage``, the producer's buffer, a callback
 per record that writes the store's persisted offset). streamapp's stream
-(`streamapp.faust_compat.stream`) takes what its queue holds when the agent asks for a record
+(`streamapp.streams.stream`) takes what its queue holds when the agent asks for a record
 and none is left, up to `RECORDS_PER_RUN`: a *run*. The agent still gets one event at a time,
 in the order the fetch loop handed them out (timestamp order across partitions), and for each:
 the stream's ``current_event``, Faust's ``current_event()``, ``events_total`` and Faust's stream
@@ -14,7 +14,7 @@ sensors, as Faust's iterator sets them.
 What differs is what a run does together, as a batch does (`streamapp.batches`):
 
 - **table writes**: while a record of partition P is processed, a table write goes to P's
-  changelog of the run (`streamapp.faust_compat.batch_changelog`, one per source partition of
+  changelog of the run (`streamapp.sending.batch_changelog`, one per source partition of
   the run, each in P's transaction under exactly_once): the store's writes wait in the
   partition's pending writes, which reads see, and the run's end stores them in one write batch
   and hands their changelog records (each key's last) to the producer;
@@ -38,7 +38,7 @@ from typing import Any
 
 from faust.types import TP, AppT, EventT, Message
 
-from streamapp.faust_compat import batch_changelog
+from streamapp.sending import batch_changelog
 
 #: Records taken off a stream's queue at most per run (what the queue holds, up to this).
 RECORDS_PER_RUN = 1000

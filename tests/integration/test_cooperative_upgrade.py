@@ -36,7 +36,7 @@ TOPIC = f"{APP_ID}-events"
 PARTITIONS = 6  # the app's
 KEYS = 600
 NAMES = ("w1", "w2", "w3")
-#: What a worker logs when it keeps its partitions through a join (streamapp.faust_compat).
+#: What a worker logs when it keeps its partitions through a join (streamapp.private_names).
 KEPT_LINE = "cooperative rebalance of group"
 
 

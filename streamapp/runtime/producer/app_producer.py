@@ -7,7 +7,7 @@ transactions of the source partitions. `AppProducer` does it on aiokafka's publi
 
 - the worker's producer (`AppProducer.client`), built as the producer starts with the settings
   Faust's aiokafka driver gives its own (`AppProducer.client_options`), named by the worker's
-  client id (`streamapp.faust_compat.worker_clients.worker_client_id`);
+  client id (`streamapp.runtime.worker_clients.worker_client_id`);
 - under exactly_once, one transactional producer per transactional id, begun as Faust's
   transaction manager assigns a partition, each with a lock that a send in the transaction,
   its commit and the next begin hold (`transaction_client`, `transaction_lock`). They belong
@@ -19,7 +19,7 @@ raise ``ProducerSendError`` and Faust's commit warns of it; a ``KafkaError`` fro
 ``ProducerSendError``; each send is announced on the app's ``on_produce_message`` signal.
 
 A threaded producer (``producer_threaded``) is Faust's, building aiokafka's own producer with
-these settings (`streamapp.faust_compat.threaded_producer`).
+these settings (`streamapp.sending.threaded_producer`).
 Tests: tests/unit/streamapp/runtime/producer/test_app_producer.py,
 tests/unit/streamapp/runtime/test_clients.py; tests/integration/test_app_producer.py,
 tests/integration/test_eos_sends.py.
@@ -44,9 +44,9 @@ from mode import Seconds
 from mode.threads import ServiceThread
 from mode.utils.times import want_seconds
 
-from streamapp.faust_compat.worker_clients import worker_client_id
 from streamapp.runtime.producer import topic_creation
 from streamapp.runtime.producer.client import WorkerProducer
+from streamapp.runtime.worker_clients import worker_client_id
 
 logger = logging.getLogger(__name__)
 
@@ -235,7 +235,7 @@ class AppProducer(Producer):
     ) -> None:
         """Commit each transaction with its offsets, one after the other (Faust's commit;
         streamapp's transaction manager commits them side by side:
-        `streamapp.faust_compat.sends`)."""
+        `streamapp.sending.sends`)."""
         for transactional_id, offsets in tid_to_offset_map.items():
             async with self.transaction_lock(transactional_id):
                 client = self._transaction_clients.get(transactional_id)
@@ -415,6 +415,6 @@ class AppProducer(Producer):
 
     def create_threaded_producer(self) -> ServiceThread:
         """Faust's threaded producer, on aiokafka's own producer with this one's settings."""
-        from streamapp.faust_compat.threaded_producer import ThreadedProducer
+        from streamapp.sending.threaded_producer import ThreadedProducer
 
         return ThreadedProducer(self, app=self.app)

@@ -1,6 +1,6 @@
 """A batch's changelog and output records put in aiokafka's open batches, without a future each.
 
-`streamapp.faust_compat.batch_changelog` hands a batch's changelog records and the output
+`streamapp.sending.batch_changelog` hands a batch's changelog records and the output
 records its joins and aggregates sent to aiokafka's producer as the batch ends, and uses only
 the future of each (table or output topic, partition)'s last record (for a changelog, its done
 callback writes the persisted offset). An output record with no partition gets the one
@@ -53,7 +53,7 @@ aiokafka has no public call that appends to a partition's open batch without a f
 ``send_batch`` queues a batch of its own, after the partition's previous one is drained: a wait
 per agent batch). Delete this module when aiokafka has one, or when a future per record no
 longer costs what it does here (docs/performance.md).
-Tests: tests/unit/streamapp/faust_compat/test_batch_changelog.py.
+Tests: tests/unit/streamapp/sending/test_batch_changelog.py.
 """
 
 from __future__ import annotations

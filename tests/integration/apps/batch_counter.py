@@ -3,7 +3,7 @@
 Each event of ``<app id>-events`` (key ``k<n>``, value its sequence number) adds one to its
 key's count in the changelog table ``counts`` and sends ``<seq>:<new count>`` to
 ``<app id>-counts`` with a plain ``Topic.send`` (under exactly_once in the transaction of the
-batch's partition, `streamapp.faust_compat.sends`). The agent reads its stream with
+batch's partition, `streamapp.sending.sends`). The agent reads its stream with
 `streamapp.batches.batches`. ``GET /counts/`` serves this worker's counts and the batches it
 processed (how many, the largest) and the records handed out a partition at a time.
 Environment: ``BATCH_APP_ID``, ``BATCH_GUARANTEE``.

@@ -3,7 +3,7 @@
 Each event of ``<app id>-events`` (raw key, the value a sequence number) adds one to its key's
 count in the changelog table ``counts`` and is sent on, unchanged, to ``<app id>-out`` with
 ``await out.send(...)``: no streamapp helper, the way a user's agent sends. Under exactly_once
-that send belongs to the transaction of the event's partition (`streamapp.faust_compat.sends`).
+that send belongs to the transaction of the event's partition (`streamapp.sending.sends`).
 ``GET /counts/`` serves this worker's counts. The app id comes from ``EOS_SENDS_APP_ID``.
 """
 

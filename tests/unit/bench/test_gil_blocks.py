@@ -22,15 +22,15 @@ def test_each_stack_goes_to_the_first_block_it_matches(tmp_path: Path) -> None:
         [
             # A send made while writing the table counts as the output records', the block
             # listed first.
-            f"{MAIN};{AGENT};Table.__setitem__ (streamapp/faust_compat/encode_once.py:80);"
-            "Topic.send (streamapp/faust_compat/direct_send.py:90) 3",
-            f"{MAIN};{AGENT};Table.__setitem__ (streamapp/faust_compat/encode_once.py:80) 5",
+            f"{MAIN};{AGENT};Table.__setitem__ (streamapp/table_writes/encode_once.py:80);"
+            "Topic.send (streamapp/sending/direct_send.py:90) 3",
+            f"{MAIN};{AGENT};Table.__setitem__ (streamapp/table_writes/encode_once.py:80) 5",
             f"{MAIN};{AGENT};_process (apps/throughput_app.py:88) 2",
             "thread (0x2): Thread-1;Fetcher._fetch_requests_routine (aiokafka/x.py:1) 4",
             f"{MAIN};_run_once (asyncio/base_events.py:1) 6",
-            f"{MAIN};Stream._runs (streamapp/faust_compat/stream.py:1);"
+            f"{MAIN};Stream._runs (streamapp/streams/stream.py:1);"
             "Run.end (streamapp/runtime/stream_runs.py:1);"
-            "end (streamapp/faust_compat/batch_changelog.py:1) 7",
+            "end (streamapp/sending/batch_changelog.py:1) 7",
             f"{MAIN};<lambda> (somewhere.py:1) 1",
             # The start and the stop are no part of it.
             f"{MAIN};<module> (<frozen importlib._bootstrap>:1) 50",

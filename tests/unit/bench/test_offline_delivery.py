@@ -15,7 +15,7 @@ from aiokafka.protocol.metadata import MetadataResponse_v1
 from bench.lib import offline_delivery
 from bench.lib.offline_delivery import OfflineDelivery
 from streamapp.runtime import library_check
-from tests.unit.streamapp.test_faust_compat import (
+from tests.unit.streamapp.test_faust_private_names import (
     BENCH_INTERNALS,
     _own_names,
     _third_party_private_names,

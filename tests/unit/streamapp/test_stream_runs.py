@@ -18,10 +18,10 @@ from faust.types import TP
 from faust.types.tuples import ConsumerMessage
 
 from streamapp import App
-from streamapp.faust_compat import batch_changelog
-from streamapp.faust_compat.stream import Stream
 from streamapp.runtime import stream_runs
 from streamapp.runtime.consumer import Consumer
+from streamapp.sending import batch_changelog
+from streamapp.streams.stream import Stream
 
 TOPIC = "sa-runs-in"
 

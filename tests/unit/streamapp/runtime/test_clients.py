@@ -13,13 +13,13 @@ from aiokafka.errors import KafkaConnectionError
 from faust.types import TP
 
 from streamapp import App
-from streamapp.faust_compat.worker_clients import worker_client_id
 from streamapp.partition_assignor import StreamappPartitionAssignor
 from streamapp.runtime import clients, positions
 from streamapp.runtime.consumer import Consumer
 from streamapp.runtime.group.consumer import WorkerConsumer
 from streamapp.runtime.offsets_reader import OffsetsReader
 from streamapp.runtime.producer.client import WorkerProducer
+from streamapp.runtime.worker_clients import worker_client_id
 
 
 async def test_no_tables_no_standbys_still_our_assignor(tmp_path: Path) -> None:

@@ -2,7 +2,7 @@
 
 streamapp's group protocol (`streamapp.runtime.group`) and producer
 (`streamapp.runtime.producer`) name aiokafka's private names; nothing else outside
-streamapp.faust_compat does (tests/unit/streamapp/test_faust_compat.py). Each package lists
+streamapp.private_names does (tests/unit/streamapp/test_faust_compat.py). Each package lists
 them in its PRIVATE_NAMES, checked as it is imported against a range of aiokafka releases.
 """
 
@@ -23,7 +23,7 @@ import streamapp.runtime.group as group
 import streamapp.runtime.producer as producer
 from streamapp.runtime import library_check
 from tests.paths import REPO_ROOT
-from tests.unit.streamapp.test_faust_compat import _own_names, _private
+from tests.unit.streamapp.test_faust_private_names import _own_names, _private
 
 PACKAGES = [group, producer]
 

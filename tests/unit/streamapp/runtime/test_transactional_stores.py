@@ -23,9 +23,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import streamapp
-from streamapp.faust_compat.batch_table import BatchTable
 from streamapp.runtime.commits import Committer
 from streamapp.runtime.pending_writes import OFFSET_KEY, entry_size
+from streamapp.table_writes.batch_table import BatchTable
 
 SOURCE = "events"
 PARTITIONS = 3

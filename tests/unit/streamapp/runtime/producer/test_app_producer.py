@@ -25,10 +25,10 @@ from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP
 
 from streamapp import App
-from streamapp.faust_compat.threaded_producer import ThreadedProducer
 from streamapp.runtime.producer import topic_creation
 from streamapp.runtime.producer.app_producer import AppProducer
 from streamapp.runtime.producer.client import WorkerProducer
+from streamapp.sending.threaded_producer import ThreadedProducer
 
 SETTINGS: dict[str, Any] = {
     "broker": "kafka://127.0.0.1:9",

@@ -2,7 +2,7 @@
 and its flush sends the open batches at once.
 
 The rest of batch_append (full batches, transactions, deliveries) is tested in
-tests/unit/streamapp/faust_compat/test_batch_changelog.py, on aiokafka's producer.
+tests/unit/streamapp/sending/test_batch_changelog.py, on aiokafka's producer.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ thread, aiokafka's own ``send`` being the other half.
 `Topic.send` here does what those do, in the same order, in one coroutine: the message is
 made by the topic's ``as_future_message`` (encoded as `topic_codecs` encodes it), the producer
 is the app's ``maybe_start_producer()`` (under exactly_once the transaction manager, which
-puts the send in the transaction of the record it is made for, `streamapp.faust_compat.sends`),
+puts the send in the transaction of the record it is made for, `streamapp.sending.sends`),
 the sensors' ``on_send_initiated`` is called before the producer's ``send`` and Faust's own
 ``Topic._on_published`` is the delivery callback (the ``FutureMessage`` resolved, the send's
 ``callback`` called, ``on_send_completed`` or ``on_send_error``). The returned future is the
@@ -24,10 +24,11 @@ topic class that overrides ``publish_message`` or ``_send_now`` other than as st
 (its override would be skipped otherwise). ``send_soon``, ``Agent.send`` and
 ``Event.forward`` are unchanged.
 
-Faust private name (checked at import, `streamapp.faust_compat.PRIVATE_NAMES`):
-``faust.topics.Topic._on_published``. Delete when Faust's ``Topic.send`` calls the producer
+Faust private names (checked at import, `streamapp.private_names.PRIVATE_NAMES`):
+``faust.topics.Topic._on_published`` (called) and ``faust.channels.Channel._send_now`` (read, to
+find a topic class that overrides it). Delete when Faust's ``Topic.send`` calls the producer
 without its layers.
-Tests: tests/unit/streamapp/faust_compat/test_direct_send.py; tests/integration/test_eos_sends.py
+Tests: tests/unit/streamapp/sending/test_direct_send.py; tests/integration/test_eos_sends.py
 and test_batch_agent.py (what is sent under exactly_once, across a SIGKILL).
 """
 
@@ -42,6 +43,8 @@ from faust.types import CodecArg, FutureMessage, K, RecordMetadata, SchemaT, V
 from faust.types.core import HeadersArg
 from faust.types.tuples import MessageSentCallback
 
+# The Faust private names this module uses are checked as it is imported.
+import streamapp.private_names  # noqa: F401
 from streamapp.codecs import topic_codecs
 
 #: ``publish_message`` implementations that do for a fresh message (one not buffered by

@@ -37,8 +37,9 @@ import faust
 from faust.serializers.schemas import Schema
 
 from streamapp.codecs import resolved as resolved_codecs
-from streamapp.faust_compat import batch_changelog, batch_table
 from streamapp.runtime.stores import RocksDBStore
+from streamapp.sending import batch_changelog
+from streamapp.table_writes import batch_table
 
 #: Keys immutable enough to be reused by identity between a read and the write after it.
 _MEMO_KEY_TYPES = (str, bytes, int)

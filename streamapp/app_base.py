@@ -6,6 +6,10 @@ import faust
 from faust.types import ProducerT
 from mode.utils.futures import stampede
 
+# The installed Faust and aiokafka, and the private names streamapp uses, are checked as
+# streamapp is imported: a worker on other releases stops at once with one line.
+import streamapp.private_names  # noqa: F401
+
 
 class FaustApp(faust.App):
     async def maybe_start_producer(self) -> ProducerT:

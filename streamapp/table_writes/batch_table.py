@@ -88,7 +88,7 @@ whose ``on_key_get`` is not Faust's, and every table outside a batch or in a bat
 changelog records take Faust's path (`batch_changelog.begin` returned None).
 
 Delete when Faust's table resolves a stream's partition once per event batch.
-Tests: tests/unit/streamapp/faust_compat/test_batch_table.py.
+Tests: tests/unit/streamapp/table_writes/test_batch_table.py.
 """
 
 from __future__ import annotations

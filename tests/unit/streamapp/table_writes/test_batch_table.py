@@ -27,8 +27,9 @@ from faust.streams import _current_event
 from faust.types import TP
 
 from streamapp import App
-from streamapp.faust_compat import batch_changelog, batch_table
 from streamapp.runtime.stores import STORE_URL, RocksDBStore
+from streamapp.sending import batch_changelog
+from streamapp.table_writes import batch_table
 
 SOURCE = TP("source", 2)
 CHANGELOG = "batch-table-test-counts-changelog"

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 from faust.types import TP, FutureMessage
 
-from streamapp.faust_compat import sends
 from streamapp.runtime.driver import Transport
+from streamapp.sending import sends
 
 EVENTS_2 = TP("events", 2)
 

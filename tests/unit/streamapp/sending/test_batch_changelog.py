@@ -29,10 +29,10 @@ from faust.streams import _current_event
 from faust.types import TP
 
 from streamapp import App
-from streamapp.faust_compat import batch_changelog
 from streamapp.joins import JoinWindow, WindowedJoin, _io
 from streamapp.runtime.producer import batch_append
 from streamapp.runtime.producer.app_producer import AppProducer
+from streamapp.sending import batch_changelog
 
 SOURCE = TP("source", 2)
 CHANGELOG = "batch-test-counts-changelog"

@@ -1,4 +1,4 @@
-"""streamapp.faust_compat: the one place that names a private Faust or aiokafka name.
+"""streamapp.private_names: the one place that names a private Faust or aiokafka name.
 
 Checked three ways: the installed releases pass the import-time check; a missing name or another
 release fails it with one line naming what changed; and no module outside the package names a
@@ -15,12 +15,13 @@ from pathlib import Path
 
 import pytest
 
-import streamapp.faust_compat as faust_compat
+import streamapp.private_names as private_names
 from tests.paths import REPO_ROOT
 
 #: Every package and directory of streamapp's own code (tests excluded: they may probe).
 SCANNED = ("streamapp", "assignor", "tables", "standby", "examples", "bench")
-COMPAT = REPO_ROOT / "streamapp" / "faust_compat"
+#: Module -> the private names listed for it in streamapp.private_names.
+ALLOWED = private_names.names_by_module()
 #: The packages allowed aiokafka's internals, each with its own list and check: read by
 #: tests/unit/streamapp/runtime/test_private_names.py.
 AIOKAFKA_INTERNALS = (
@@ -77,31 +78,36 @@ def _modules() -> list[Path]:
     found = []
     for top in SCANNED:
         for path in sorted((REPO_ROOT / top).rglob("*.py")):
-            if (
-                COMPAT not in path.parents
-                and not any(p in path.parents for p in AIOKAFKA_INTERNALS)
-                and path not in BENCH_INTERNALS
+            if not any(p in path.parents for p in AIOKAFKA_INTERNALS) and (
+                path not in BENCH_INTERNALS
             ):
                 found.append(path)
     return found
 
 
+def _module_name(path: Path) -> str:
+    return ".".join(path.relative_to(REPO_ROOT).with_suffix("").parts).removesuffix(".__init__")
+
+
 def test_the_installed_releases_pass_the_check() -> None:
-    assert faust_compat.problems(faust_compat.PRIVATE_NAMES, faust_compat.RELEASES) == []
+    assert private_names.problems(private_names.PRIVATE_NAMES, private_names.RELEASES) == []
 
 
 def test_a_missing_name_or_another_release_fails_with_one_line(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(
-        faust_compat,
+        private_names,
         "PRIVATE_NAMES",
-        {**faust_compat.PRIVATE_NAMES, "faust.transport.consumer:Consumer": ("_acked", "_gone")},
+        {
+            **private_names.PRIVATE_NAMES,
+            "faust.transport.consumer:Consumer": {"_acked": "tests", "_gone": "tests"},
+        },
     )
-    monkeypatch.setattr(faust_compat, "RELEASES", {"aiokafka": ((0, 99), (0, 100))})
+    monkeypatch.setattr(private_names, "RELEASES", {"aiokafka": ((0, 99), (0, 100))})
     monkeypatch.delenv("STREAMAPP_SKIP_FAUST_CHECK", raising=False)
-    with pytest.raises(faust_compat.FaustCompatError) as raised:
-        faust_compat.check()
+    with pytest.raises(private_names.FaustCompatError) as raised:
+        private_names.check()
     message = str(raised.value)
     assert "\n" not in message
     assert "faust.transport.consumer:Consumer has no _gone" in message
@@ -109,7 +115,7 @@ def test_a_missing_name_or_another_release_fails_with_one_line(
     assert "_acked" not in message
 
 
-def test_no_module_outside_the_compat_layer_names_a_private_faust_or_aiokafka_name() -> None:
+def test_no_module_names_a_private_faust_or_aiokafka_name_not_listed_for_it() -> None:
     theirs = _third_party_private_names()
     assert {"_acked", "_getmany", "_coordinator", "_dbs"} <= theirs  # the scan sees their code
     offenders: dict[str, list[str]] = {}
@@ -121,22 +127,42 @@ def test_no_module_outside_the_compat_layer_names_a_private_faust_or_aiokafka_na
             for node in ast.walk(tree)
             if isinstance(node, ast.Attribute) and node.attr in theirs and node.attr not in own
         }
-        if used:
-            offenders[str(path.relative_to(REPO_ROOT))] = sorted(used)
-    assert offenders == {}, "private Faust/aiokafka names outside streamapp/faust_compat"
+        unlisted = used - ALLOWED.get(_module_name(path), set())
+        if unlisted:
+            offenders[str(path.relative_to(REPO_ROOT))] = sorted(unlisted)
+    assert offenders == {}, "private Faust/aiokafka names not listed for their module"
 
 
-def test_no_class_outside_the_compat_layer_overrides_a_private_faust_or_aiokafka_name() -> None:
+def test_every_listed_name_is_used_by_its_module() -> None:
+    """A name listed for a module that no longer uses it is a stale entry: the list says why
+    each name is needed, and a name no module needs is not."""
+    theirs = _third_party_private_names()
+    unused: dict[str, list[str]] = {}
+    for module, names in ALLOWED.items():
+        path = REPO_ROOT / (module.replace(".", "/") + ".py")
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        used = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute) and n.attr in theirs}
+        used |= {
+            n.name
+            for n in ast.walk(tree)
+            if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef) and n.name in theirs
+        }
+        if names - used:
+            unused[module] = sorted(names - used)
+    assert unused == {}
+
+
+def test_no_class_overrides_a_private_faust_or_aiokafka_name_not_listed_for_it() -> None:
     """A subclass of a Faust or aiokafka class neither overrides one of their private names nor
     reads or sets one on ``self`` (an attribute it sets under a name of theirs would clobber
-    theirs)."""
+    theirs), unless the name is listed for its module."""
     theirs = _third_party_private_names()
     offenders: list[str] = []
     for path in _modules():
         if "spark" in path.parts or path.name == "__main__.py":
             continue  # PySpark jobs, entry points: no Faust classes
-        module_name = ".".join(path.relative_to(REPO_ROOT).with_suffix("").parts)
-        module_name = module_name.removesuffix(".__init__")
+        module_name = _module_name(path)
+        allowed = ALLOWED.get(module_name, set())
         module = importlib.import_module(module_name)
         for _, cls in inspect.getmembers(module, inspect.isclass):
             if cls.__module__ != module.__name__:
@@ -148,6 +174,8 @@ def test_no_class_outside_the_compat_layer_overrides_a_private_faust_or_aiokafka
                 if name in ("_abc_impl", "_tasks"):
                     # Set on every subclass by its metaclass: abc.ABCMeta's bookkeeping, and
                     # mode's Service's list of its background tasks.
+                    continue
+                if name in allowed:
                     continue
                 if _private(name) and any(name in vars(b) for b in bases):
                     offenders.append(f"{module_name}.{cls.__qualname__}.{name} (override)")
@@ -162,9 +190,10 @@ def test_no_class_outside_the_compat_layer_overrides_a_private_faust_or_aiokafka
                     and node.value.id == "self"
                     and node.attr in theirs
                     and node.attr not in vars(cls)  # its own method, under a name they use too
+                    and node.attr not in allowed
                 ):
                     offenders.append(f"{module_name}.{cls.__qualname__}: self.{node.attr}")
-    assert sorted(set(offenders)) == [], "private Faust/aiokafka names outside the compat layer"
+    assert sorted(set(offenders)) == [], "private Faust/aiokafka names not listed for their module"
 
 
 class _Base:
@@ -207,13 +236,13 @@ class _Sub(_Base):
     ],
 )
 def test_a_name_the_code_of_a_class_or_a_base_uses_on_self_is_found(name: str) -> None:
-    assert faust_compat._has_name(_Sub, name)
+    assert private_names._has_name(_Sub, name)
 
 
 @pytest.mark.parametrize("name", ["_elsewhere", "_in_a_comment", "_in_a_string", "_gone"])
 def test_a_name_not_used_on_self_is_not_found(name: str) -> None:
     # Only code counts: not another object's attribute, a comment or a string.
-    assert not faust_compat._has_name(_Sub, name)
+    assert not private_names._has_name(_Sub, name)
 
 
 def test_the_check_reads_no_source(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -225,4 +254,4 @@ def test_the_check_reads_no_source(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(inspect, "getsource", no_source)
     monkeypatch.setattr(inspect, "getsourcelines", no_source)
-    assert faust_compat.problems(faust_compat.PRIVATE_NAMES, faust_compat.RELEASES) == []
+    assert private_names.problems(private_names.PRIVATE_NAMES, private_names.RELEASES) == []

@@ -27,7 +27,7 @@ of the record only after that stop: the agent, called again once it has, finds t
 kept. A stop of the stream itself (the worker stops) releases them unprocessed (they are
 processed again after the restart).
 
-Faust private names (`streamapp.faust_compat.PRIVATE_NAMES`): ``Stream._py_aiter`` (Faust's
+Faust private names (`streamapp.private_names.PRIVATE_NAMES`): ``Stream._py_aiter`` (Faust's
 Python iteration) and ``_active_agens`` (the iterations its ``on_stop`` closes), as Faust's own
 ``__aiter__`` uses them; ``_set_current_event`` (the stream's and Faust's ``current_event()``,
 as Faust's iteration sets them per event), ``_finalized`` (set as Faust's iteration sets it: no
@@ -44,6 +44,8 @@ from typing import Any, cast
 import faust
 from faust.types import EventT, TopicT
 
+# The Faust private names this module uses are checked as it is imported.
+import streamapp.private_names  # noqa: F401
 from streamapp.runtime import stream_runs
 from streamapp.runtime.consumer import Consumer
 

@@ -1,5 +1,5 @@
 """``Topic.send`` hands the record to the producer in one coroutine, doing what Faust's
-layers do (`streamapp.faust_compat.direct_send`).
+layers do (`streamapp.sending.direct_send`).
 
 Each parity case sends one record through `streamapp.App`'s topic and through Faust's own
 ``faust.Topic`` on the same app, and compares what the producer is handed, what the sensors
@@ -21,7 +21,7 @@ from faust.types import TP, RecordMetadata
 
 from streamapp import App
 from streamapp.bad_records import Topic as StreamappTopic
-from streamapp.faust_compat import direct_send
+from streamapp.sending import direct_send
 
 TOPIC = "out"
 

@@ -22,7 +22,7 @@ from faust.types import TP
 
 from streamapp import App
 from streamapp.codecs import json_once
-from streamapp.faust_compat.encode_once import Table
+from streamapp.table_writes.encode_once import Table
 
 
 class _Producer:

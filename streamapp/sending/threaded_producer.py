@@ -8,7 +8,7 @@ aiokafka producer is built from that one's settings (`AppProducer.client_options
 everything else is Faust's thread. It builds aiokafka's own producer, not streamapp's: a
 threaded producer runs no transaction, and its records take Faust's path.
 
-Faust private name this relies on (checked at import, `streamapp.faust_compat.PRIVATE_NAMES`):
+Faust private name this relies on (checked at import, `streamapp.private_names.PRIVATE_NAMES`):
 ``ThreadedProducer._new_producer`` (overridden). Delete when Faust's threaded producer takes
 its aiokafka settings from a public method of the producer it is made for.
 Tests: tests/unit/streamapp/runtime/producer/test_app_producer.py.
@@ -21,6 +21,9 @@ from typing import Any
 import aiokafka
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import AppT
+
+# The Faust private names this module uses are checked as it is imported.
+import streamapp.private_names  # noqa: F401
 
 
 class ThreadedProducer(faust_aiokafka.ThreadedProducer):

@@ -37,7 +37,7 @@ them: it is processed again.
 What stays as it was:
 
 - Under exactly_once the records go to the transactional producer Faust commits the batch's
-  partition with (`streamapp.faust_compat.sends.source_transactional_id`), under the lock of
+  partition with (`streamapp.sending.sends.source_transactional_id`), under the lock of
   that transaction (its commit and the next begin take it), so they are in the transaction
   that commits the batch's offsets; the persisted offset is kept for that commit
   (``persist_offset_on_commit``), as Faust's callback does.
@@ -66,7 +66,7 @@ either: it is processed again after the restart, on a store that does not hold i
 The aiokafka producers are the app producer's (`streamapp.runtime.producer.app_producer`):
 the worker's (``client``), and each transaction's with its lock (``transaction_client``,
 ``transaction_lock``). Delete when Faust sends a table's changelog records in batches.
-Tests: tests/unit/streamapp/faust_compat/test_batch_changelog.py (on aiokafka's own
+Tests: tests/unit/streamapp/sending/test_batch_changelog.py (on aiokafka's own
 accumulator); tests/integration/test_batch_agent.py.
 """
 
@@ -83,10 +83,10 @@ from aiokafka.errors import KafkaError
 from faust.exceptions import ProducerSendError
 from faust.types import TP, AppT
 
-from streamapp.faust_compat.batch_table import BatchTable
-from streamapp.faust_compat.sends import source_transactional_id
 from streamapp.runtime.producer import batch_append
 from streamapp.runtime.producer.app_producer import AppProducer
+from streamapp.sending.sends import source_transactional_id
+from streamapp.table_writes.batch_table import BatchTable
 
 logger = logging.getLogger(__name__)
 

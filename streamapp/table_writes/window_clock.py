@@ -6,7 +6,7 @@ streamapp keeps a windowed table's expiry in its own index (`streamapp.key_expir
 `streamapp.expiring_tables`), so the table's clock is read there: `latest_window_end`.
 Outside an agent (a web view, a timer) it is the wall clock, as Faust's.
 
-Faust private name this module uses (`streamapp.faust_compat.PRIVATE_NAMES`):
+Faust private name this module uses (`streamapp.private_names.PRIVATE_NAMES`):
 ``faust.tables.base.Collection._relative_now``, overridden: Faust's window wrapper
 (``relative_to_now``) and ``WindowSet.now()`` call it, and Faust has no other door to it.
 """
@@ -18,6 +18,9 @@ from typing import Any
 
 import faust
 from faust.types import EventT
+
+# The Faust private names this module uses are checked as it is imported.
+import streamapp.private_names  # noqa: F401
 
 
 class WindowClock(faust.Table[Any, Any]):

@@ -35,7 +35,7 @@ and lock are the app producer's (`streamapp.runtime.producer.app_producer.AppPro
 Delete when Faust's TransactionManager sends a record made while processing another in the
 transaction of the latter, and its commit commits the transactions concurrently and says when
 one did not commit.
-Tests: tests/unit/streamapp/faust_compat/test_sends.py; tests/integration/test_eos_sends.py.
+Tests: tests/unit/streamapp/sending/test_sends.py; tests/integration/test_eos_sends.py.
 """
 
 from __future__ import annotations
