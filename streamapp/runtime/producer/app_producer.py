@@ -188,26 +188,26 @@ class AppProducer(Producer):
         await self.begin_transaction(transactional_id)
 
     async def commit_transaction(self, transactional_id: str) -> None:
-        try:
-            async with self.transaction_lock(transactional_id):
-                client = self._transaction_clients.get(transactional_id)
-                if client is None:
-                    logger.warning("Commit invoked for unknown transaction %s", transactional_id)
-                    return
-                await client.commit_transaction()
-        except Exception as exc:
-            await self._transaction_failed("commit_transaction", transactional_id, exc)
+        await self._end_transaction(transactional_id, commit=True)
 
     async def abort_transaction(self, transactional_id: str) -> None:
+        await self._end_transaction(transactional_id, commit=False)
+
+    async def _end_transaction(self, transactional_id: str, *, commit: bool) -> None:
+        call = "commit_transaction" if commit else "abort_transaction"
         try:
             async with self.transaction_lock(transactional_id):
                 client = self._transaction_clients.get(transactional_id)
                 if client is None:
-                    logger.warning("Abort invoked for unknown transaction %s", transactional_id)
+                    logger.warning(
+                        "%s invoked for unknown transaction %s",
+                        "Commit" if commit else "Abort",
+                        transactional_id,
+                    )
                     return
-                await client.abort_transaction()
+                await (client.commit_transaction() if commit else client.abort_transaction())
         except Exception as exc:
-            await self._transaction_failed("abort_transaction", transactional_id, exc)
+            await self._transaction_failed(call, transactional_id, exc)
 
     async def _transaction_failed(self, call: str, transactional_id: str, exc: Exception) -> None:
         # Faust's driver: a fenced producer is stopped and dropped (another worker owns the
