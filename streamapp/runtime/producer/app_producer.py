@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Mapping
+from contextlib import nullcontext
 from typing import Any, cast
 
 from aiokafka.admin import AIOKafkaAdminClient
@@ -276,31 +277,21 @@ class AppProducer(Producer):
         if not self.allow_headers:
             headers = None
         timestamp_ms = int(timestamp * 1000.0) if timestamp is not None else None
+        # A transaction's sends hold its lock, as its commit does.
+        lock = self.transaction_lock(transactional_id) if transactional_id else nullcontext()
         try:
-            if transactional_id:
-                async with self.transaction_lock(transactional_id):
-                    return cast(
-                        Awaitable[RecordMetadata],
-                        await client.send(
-                            topic,
-                            value,
-                            key=key,
-                            partition=partition,
-                            timestamp_ms=timestamp_ms,
-                            headers=headers,
-                        ),
-                    )
-            return cast(
-                Awaitable[RecordMetadata],
-                await client.send(
-                    topic,
-                    value,
-                    key=key,
-                    partition=partition,
-                    timestamp_ms=timestamp_ms,
-                    headers=headers,
-                ),
-            )
+            async with lock:
+                return cast(
+                    Awaitable[RecordMetadata],
+                    await client.send(
+                        topic,
+                        value,
+                        key=key,
+                        partition=partition,
+                        timestamp_ms=timestamp_ms,
+                        headers=headers,
+                    ),
+                )
         except KafkaError as exc:
             raise ProducerSendError(f"Error while sending: {exc!r}") from exc
 
